@@ -1,0 +1,19 @@
+"""static_runtime: a Python inference runtime for PyTorch models.
+
+    import static_runtime as sr
+    mod = sr.StaticModule(torch.jit.script(model))
+    out = mod(x)
+"""
+
+from static_runtime.frontend import FrontendError
+from static_runtime.ops.registry import Tier, UnsupportedOperatorError
+from static_runtime.runtime.binding import ArgumentError
+from static_runtime.runtime.metrics import IndividualMetrics
+from static_runtime.runtime.module import StaticModule, StaticRuntime, prepare
+from static_runtime.runtime.options import StaticModuleOptions
+
+__all__ = [
+    "ArgumentError", "FrontendError", "IndividualMetrics", "StaticModule",
+    "StaticModuleOptions", "StaticRuntime", "Tier", "UnsupportedOperatorError", "prepare",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,3 @@
+from static_runtime.cli import main
+
+main(prog_name="static-runtime")

@@ -1,0 +1,206 @@
+"""TorchScript importer: ScriptModule, ScriptFunction, ``torch._C.Graph`` or a ``.pt`` path → IR.
+
+Modules are frozen as the seed describes (``torch.jit.freeze`` in eval mode): parameters and
+unmutated attributes become constants, methods are inlined. Attributes the forward writes
+(``self.b = 20``) survive freezing; the module object they live on becomes a constant the
+graph reads and writes with ``prim::GetAttr``/``prim::SetAttr``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from static_runtime.ir import types as T
+from static_runtime.ir.graph import Argument, Block, Graph, Signature, Value
+
+
+class FrontendError(ValueError):
+    """The model could not be imported."""
+
+
+class UnrepresentableConstant:
+    """A constant the importer cannot hold as a Python value (e.g. a function reference
+    that inlining left unused). Running a node that reads it is refused at preparation."""
+
+    def __init__(self, type_str: str):
+        self.type_str = type_str
+
+    def __repr__(self) -> str:
+        return f"UnrepresentableConstant({self.type_str})"
+
+
+def import_torchscript(model: Any, *, freeze: bool = True) -> Graph:
+    """Import a TorchScript model into an IR graph with ``graph.signature`` filled in."""
+    if isinstance(model, (str, os.PathLike)):
+        model = load_archive(model)
+    if isinstance(model, torch.jit.ScriptModule):
+        return _import_module(model, freeze=freeze)
+    if isinstance(model, torch.jit.ScriptFunction):
+        graph = import_graph(model.graph)
+        graph.signature = _signature_from_schema(model.schema, has_self=False)
+        return graph
+    if isinstance(model, torch._C.Graph):
+        graph = import_graph(model)
+        graph.signature = Signature(
+            [Argument(_arg_name(v.name)) for v in graph.inputs], has_self=False)
+        return graph
+    raise FrontendError(
+        f"cannot import a {type(model).__name__}: expected a torch.jit.ScriptModule, "
+        "ScriptFunction, torch._C.Graph or a path to a TorchScript archive")
+
+
+def load_archive(path: str | os.PathLike) -> torch.jit.ScriptModule:
+    """``torch.jit.load`` with errors that say what is wrong with the file."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no such TorchScript archive: {p}")
+    if p.is_dir():
+        raise FrontendError(f"{p} is a directory, not a TorchScript archive")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return torch.jit.load(str(p), map_location="cpu")
+    except Exception as e:  # torch raises RuntimeError/ValueError with long C++ traces
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise FrontendError(
+            f"{p} is not a TorchScript archive that torch.jit.load can read ({first})") from e
+
+
+def _import_module(module: torch.jit.ScriptModule, *, freeze: bool) -> Graph:
+    if freeze:
+        was_training = module.training
+        module.eval()
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                frozen = torch.jit.freeze(module)
+        except Exception as e:
+            raise FrontendError(f"freezing the module failed: {e}") from e
+        finally:
+            module.train(was_training)
+    else:
+        frozen = module
+    if not hasattr(frozen, "forward"):
+        raise FrontendError("the TorchScript module has no forward method")
+    graph = import_graph(frozen.forward.graph, self_object=frozen._c)
+    graph.signature = _signature_from_schema(frozen.forward.schema, has_self=True)
+    return graph
+
+
+def _signature_from_schema(schema: torch._C.FunctionSchema, *, has_self: bool) -> Signature:
+    args = list(schema.arguments)
+    if has_self:
+        args = args[1:]
+    return Signature(
+        [Argument(a.name, a.has_default_value(), a.default_value if a.has_default_value()
+                  else None, a.kwarg_only) for a in args],
+        has_self=has_self)
+
+
+def _arg_name(debug_name: str) -> str:
+    return re.sub(r"\.\d+$", "", debug_name)
+
+
+# --------------------------------------------------------------------------- graphs
+
+
+def import_graph(torch_graph: torch._C.Graph, self_object: Any = None) -> Graph:
+    """Convert a ``torch._C.Graph`` (copied and inlined first) into an IR graph.
+
+    If ``self_object`` is given, the graph's first input (the module) is replaced by a
+    constant holding it, so the IR graph's inputs are the user's arguments only.
+    """
+    tg = torch_graph.copy()
+    torch._C._jit_pass_inline(tg)
+    graph = Graph()
+    env: dict[Any, Value] = {}
+    inputs = list(tg.inputs())
+    if self_object is not None:
+        self_in = inputs.pop(0)
+        env[self_in] = graph.constant(self_object, T.from_torch(self_in.type()))
+        env[self_in].set_name("self")
+    for tv in inputs:
+        env[tv] = graph.add_input(T.from_torch(tv.type()), tv.debugName())
+    _import_block(graph, graph.block, tg.nodes(), env)
+    for tv in tg.outputs():
+        graph.add_output(env[tv])
+    return graph
+
+
+def _import_block(graph: Graph, block: Block, nodes, env: dict[Any, Value]) -> None:
+    for tn in nodes:
+        node = graph.create(tn.kind())
+        for ti in tn.inputs():
+            node.add_input(env[ti])
+        for to in tn.outputs():
+            env[to] = node.add_output(T.from_torch(to.type()), to.debugName())
+        schema = tn.schema()
+        node.schema = None if schema == "(no schema)" else schema
+        node.source = _source_of(tn)
+        _import_attributes(tn, node)
+        block.append(node)
+        for tb in tn.blocks():
+            sub = node.add_block()
+            for tv in tb.inputs():
+                env[tv] = sub.add_input(T.from_torch(tv.type()), tv.debugName())
+            _import_block(graph, sub, tb.nodes(), env)
+            for tv in tb.outputs():
+                sub.add_output(env[tv])
+
+
+_FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _source_of(tn: torch._C.Node) -> str | None:
+    text = tn.sourceRange()
+    m = _FILE_LINE.search(text) if text else None
+    if not m:
+        return None
+    # Only the file name: the directory is noise in printouts and differs across machines.
+    return f"{os.path.basename(m.group(1))}:{m.group(2)}"
+
+
+def _import_attributes(tn: torch._C.Node, node) -> None:
+    if tn.kind() == "prim::Constant":
+        if tn.hasAttribute("value") or tn.output().type().kind() != "NoneType":
+            node.attrs["value"] = _constant_value(tn)
+        return
+    for name in tn.attributeNames():
+        kind = tn.kindOf(name)
+        getter = {
+            "i": tn.i, "f": tn.f, "s": tn.s, "t": tn.t, "is": tn.is_, "fs": tn.fs,
+            "ss": tn.ss, "ts": tn.ts, "ival": tn.ival, "c": getattr(tn, "c", None),
+        }.get(kind)
+        if kind == "tys":
+            node.attrs[name] = [T.from_torch(t) for t in tn.tys(name)]
+        elif kind == "ty":
+            node.attrs[name] = T.from_torch(tn.ty(name))
+        elif getter is not None:
+            node.attrs[name] = getter(name)
+        else:
+            raise FrontendError(
+                f"{tn.kind()} has attribute {name!r} of kind {kind!r}, which the importer "
+                "does not read")
+
+
+def _constant_value(tn: torch._C.Node) -> Any:
+    out = tn.output()
+    kind = out.type().kind()
+    if kind == "FunctionType":
+        return UnrepresentableConstant(str(out.type()))
+    try:
+        value = out.toIValue()
+    except Exception:
+        return UnrepresentableConstant(str(out.type()))
+    if kind == "DeviceObjType" and isinstance(value, str):
+        value = torch.device(value)
+    if isinstance(value, torch.Tensor):
+        # Constants are read-only in the runtime's contract; keep the frozen tensor as is.
+        value = value.detach()
+    return value

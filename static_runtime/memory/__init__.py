@@ -1,0 +1,1 @@
+"""Lifetimes and aliasing of intermediate tensors, and which of them the runtime may reuse."""

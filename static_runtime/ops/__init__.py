@@ -1,0 +1,1 @@
+"""The operator registry: out variants, native implementations, the PyTorch fallback."""

@@ -1,0 +1,72 @@
+"""The out-variant tier: implementations that write into a tensor the runtime provides.
+
+Most are derived, not written: for a purely functional schema returning one tensor
+(``aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor``), ATen usually
+has an equivalent ``.out`` overload (``aten::add.out(..., *, Tensor(a!) out)``), found by
+``schema.find_out_overload``. Hand-written ones are registered where a derived one does not
+exist or does not pay: the variadic ``cat``/``stack`` that graph preparation introduces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from static_runtime.ir.graph import Node
+from static_runtime.ops import schema as S
+from static_runtime.ops.fallback import bind_overload
+from static_runtime.ops.registry import labelled, register_out_variant
+
+OutPair = tuple[Callable[..., Any], Callable[..., Any]]
+
+
+def derived(node: Node) -> OutPair | None:
+    """``(fn, out_fn)`` from the schema's ``.out`` overload, or None."""
+    if node.schema is None or len(node.outputs) != 1:
+        return None
+    found = S.find_out_overload(node.schema)
+    if found is None:
+        return None
+    out_op, out_name = found
+    functional = S.resolve_overload(node.schema)
+    if functional is None:
+        return None
+    info = S.parse(node.schema)
+    n = len(node.inputs)
+    return bind_overload(functional, info, n), bind_overload(out_op, info, n, out_name)
+
+
+# Variadic cat/stack: ``prim::VarConcat(%a, %b, ..., %dim)`` — the list of tensors is the
+# node's inputs, so no list is built per call (the seed's design note).
+
+
+@register_out_variant("prim::VarConcat")
+def _var_concat(node: Node) -> OutPair:
+    cat = torch.cat
+
+    @labelled("torch.cat (variadic)")
+    def fn(*a):
+        return cat(a[:-1], a[-1])
+
+    @labelled("torch.cat(out=) (variadic)")
+    def out_fn(out, *a):
+        return cat(a[:-1], a[-1], out=out)
+
+    return fn, out_fn
+
+
+@register_out_variant("prim::VarStack")
+def _var_stack(node: Node) -> OutPair:
+    stack = torch.stack
+
+    @labelled("torch.stack (variadic)")
+    def fn(*a):
+        return stack(a[:-1], a[-1])
+
+    @labelled("torch.stack(out=) (variadic)")
+    def out_fn(out, *a):
+        return stack(a[:-1], a[-1], out=out)
+
+    return fn, out_fn

@@ -1,0 +1,138 @@
+"""The operator registry: implementations are a table, selection is an ordered claim.
+
+For each node, in this order (the seed's "Registering Ops"):
+
+1. an **out variant** — writes its result into a tensor the runtime hands it (the hook the
+   memory planner uses); derived automatically from ATen's ``.out`` overloads, or hand-written;
+2. a **native** implementation — Python code for views, containers, scalars, objects and
+   control flow;
+3. the **fallback** — the PyTorch operator resolved from the node's schema.
+
+Nothing claims the node → ``UnsupportedOperatorError`` naming kind, schema and source line,
+raised when the ``StaticModule`` is built, never in the middle of a request.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from static_runtime.ir.graph import Node
+
+
+class Tier(enum.Enum):
+    OUT = "out variant"
+    NATIVE = "native"
+    FALLBACK = "fallback"
+
+
+#: Node kinds the executor runs itself (their sub-blocks are the executor's business).
+CONTROL_FLOW = frozenset({"prim::If", "prim::Loop"})
+
+
+@dataclass(frozen=True)
+class OpImpl:
+    """How to run one node.
+
+    ``fn(*inputs)`` returns the node's output (one output), or a sequence of outputs (any
+    other count; ignored when the node has none). For the OUT tier, ``out_fn(out, *inputs)``
+    writes the result into the tensor ``out`` instead of allocating.
+    """
+
+    tier: Tier
+    fn: Callable[..., Any] | None
+    out_fn: Callable[..., Any] | None = None
+    label: str = ""
+
+
+class UnsupportedOperatorError(RuntimeError):
+    """No implementation can run a node."""
+
+    def __init__(self, node: Node, reason: str = ""):
+        where = f" at {node.source}" if node.source else ""
+        schema = node.schema or "(no schema)"
+        msg = f"no implementation for {node.kind}{where}; schema: {schema}"
+        if reason:
+            msg += f"; {reason}"
+        super().__init__(msg)
+        self.node_kind = node.kind
+        self.schema = node.schema
+        self.source = node.source
+
+
+NativeFactory = Callable[[Node], Callable[..., Any] | None]
+OutFactory = Callable[[Node], tuple[Callable[..., Any], Callable[..., Any]] | None]
+
+_out_variants: dict[str, OutFactory] = {}
+_natives: dict[str, NativeFactory] = {}
+
+
+def register_out_variant(*kinds: str) -> Callable[[OutFactory], OutFactory]:
+    """Register a factory that, given a node, returns ``(fn, out_fn)`` or None to decline."""
+
+    def deco(factory: OutFactory) -> OutFactory:
+        for kind in kinds:
+            if kind in _out_variants:
+                raise ValueError(f"an out variant for {kind} is already registered")
+            _out_variants[kind] = factory
+        return factory
+
+    return deco
+
+
+def register_native(*kinds: str) -> Callable[[NativeFactory], NativeFactory]:
+    """Register a factory that, given a node, returns a callable or None to decline."""
+
+    def deco(factory: NativeFactory) -> NativeFactory:
+        for kind in kinds:
+            if kind in _natives:
+                raise ValueError(f"a native implementation of {kind} is already registered")
+            _natives[kind] = factory
+        return factory
+
+    return deco
+
+
+def select(node: Node, *, enable_out_variant: bool = True) -> OpImpl:
+    """Choose the implementation of ``node``: out variant, native, fallback, in that order."""
+    from static_runtime.ops import fallback, out_variants  # noqa: F401  (registers)
+    from static_runtime.ops.native import containers, objects, prim, scalars  # noqa: F401
+
+    if node.kind in CONTROL_FLOW:
+        return OpImpl(Tier.NATIVE, None, None, "control flow")
+    if enable_out_variant:
+        factory = _out_variants.get(node.kind)
+        pair = factory(node) if factory is not None else None
+        if pair is None:
+            pair = out_variants.derived(node)
+        if pair is not None:
+            fn, out_fn = pair
+            return OpImpl(Tier.OUT, fn, out_fn, _label(out_fn))
+    factory = _natives.get(node.kind)
+    if factory is not None:
+        fn = factory(node)
+        if fn is not None:
+            return OpImpl(Tier.NATIVE, fn, None, _label(fn))
+    fn, reason = fallback.resolve(node)
+    if fn is not None:
+        return OpImpl(Tier.FALLBACK, fn, None, _label(fn))
+    raise UnsupportedOperatorError(node, reason)
+
+
+def _label(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__sr_label__", getattr(fn, "__qualname__", repr(fn)))
+
+
+def labelled(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Attach a human-readable description to an implementation (shown by ``describe``)."""
+
+    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+        try:
+            fn.__sr_label__ = label  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+        return fn
+
+    return deco

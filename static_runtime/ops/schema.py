@@ -1,0 +1,135 @@
+"""Facts about operator schemas, read from PyTorch's own ``FunctionSchema``.
+
+Everything the runtime decides about an operator (does it write an input, may its output
+alias an input, which ``.out`` overload matches it, which arguments are keyword-only) comes
+from here, never from the operator's name.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class ArgInfo:
+    name: str
+    type: str
+    kwarg_only: bool
+    #: alias sets before the call, e.g. {"a"}; empty when unannotated
+    alias_sets: frozenset[str]
+    #: whether the argument is written (``Tensor(a!)``)
+    is_write: bool
+    #: alias sets it may point into after the call (``t(c -> *)`` gives {"*"})
+    after_sets: frozenset[str]
+
+
+@dataclass(frozen=True)
+class SchemaInfo:
+    """A parsed schema: ``name`` (``aten::add``), ``overload`` (``Tensor``), args, returns."""
+
+    name: str
+    overload: str
+    arguments: tuple[ArgInfo, ...]
+    returns: tuple[ArgInfo, ...]
+    is_vararg: bool
+    text: str
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.name}.{self.overload}" if self.overload else self.name
+
+    @property
+    def namespace(self) -> str:
+        return self.name.split("::", 1)[0]
+
+    @property
+    def base_name(self) -> str:
+        return self.name.split("::", 1)[1]
+
+    def writes_any_input(self) -> bool:
+        return any(a.is_write for a in self.arguments)
+
+    def has_alias_annotations(self) -> bool:
+        return any(a.alias_sets or a.is_write for a in self.arguments + self.returns)
+
+    def is_generic(self) -> bool:
+        """Whether a type variable (``t``, ``t[]``, ``Dict(t, t)``...) appears: such ops
+        cannot be called through ``torch.ops`` from Python values."""
+        return any(_has_type_var(a.type) for a in self.arguments + self.returns)
+
+
+def _arg_info(a: torch._C.Argument) -> ArgInfo:
+    info = a.alias_info
+    before = frozenset(info.before_set) if info is not None else frozenset()
+    after = frozenset(info.after_set) if info is not None else frozenset()
+    return ArgInfo(a.name, str(a.type), bool(getattr(a, "kwarg_only", False)), before,
+                   bool(info.is_write) if info is not None else False, after)
+
+
+_TYPE_VARS = {"t", "t1", "t2", "tVal", "tKey", "Any", "t?", "t[]"}
+
+
+def _has_type_var(type_str: str) -> bool:
+    import re
+
+    return any(tok in _TYPE_VARS for tok in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", type_str))
+
+
+@functools.lru_cache(maxsize=None)
+def parse(schema: str) -> SchemaInfo:
+    s = torch._C.parse_schema(schema)
+    return SchemaInfo(
+        s.name, s.overload_name, tuple(_arg_info(a) for a in s.arguments),
+        tuple(_arg_info(r) for r in s.returns), "..." in schema.split("->", 1)[0], schema)
+
+
+@functools.lru_cache(maxsize=None)
+def resolve_overload(schema: str) -> torch._ops.OpOverload | None:
+    """The ``torch.ops`` overload a schema names, or None if PyTorch has none."""
+    info = parse(schema)
+    try:
+        packet = getattr(getattr(torch.ops, info.namespace), info.base_name)
+        return getattr(packet, info.overload or "default")
+    except (AttributeError, RuntimeError):
+        return None
+
+
+@functools.lru_cache(maxsize=None)
+def find_out_overload(schema: str) -> tuple[torch._ops.OpOverload, str] | None:
+    """The ``.out`` overload equivalent to a functional schema, and its out argument's name.
+
+    Equivalent means: the same arguments (names, types, keyword-only-ness), plus exactly one
+    extra keyword-only ``Tensor(a!)`` argument, and one returned tensor. Returns None when no
+    such overload exists or the functional op is not purely functional (alias annotations).
+    """
+    info = parse(schema)
+    if info.has_alias_annotations() or len(info.returns) != 1 or info.returns[0].type != "Tensor":
+        return None
+    try:
+        packet = getattr(getattr(torch.ops, info.namespace), info.base_name)
+        names = packet.overloads()
+    except (AttributeError, RuntimeError):
+        return None
+    want = [(a.name, a.type, a.kwarg_only) for a in info.arguments]
+    for name in names:
+        if not name.endswith("out"):
+            continue
+        overload = getattr(packet, name)
+        cand = parse(str(overload._schema))
+        outs = [a for a in cand.arguments if a.is_write]
+        if len(outs) != 1 or outs[0].type != "Tensor" or not outs[0].kwarg_only:
+            continue
+        rest = [(a.name, a.type, a.kwarg_only) for a in cand.arguments if not a.is_write]
+        if rest == want and len(cand.returns) == 1:
+            return overload, outs[0].name
+    return None
+
+
+def matches(node_schema: str | None, signature: str) -> bool:
+    """Whether a node's schema is exactly ``signature`` (compared after normalising)."""
+    if node_schema is None:
+        return False
+    return str(torch._C.parse_schema(node_schema)) == str(torch._C.parse_schema(signature))

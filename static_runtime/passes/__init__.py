@@ -1,0 +1,1 @@
+"""Graph-to-graph rewrites that preserve meaning, and the alias analysis they rely on."""

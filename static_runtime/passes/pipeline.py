@@ -1,0 +1,37 @@
+"""``run_passes``: the ordered graph passes, each behind its option (PrepareForStaticRuntime)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from static_runtime.ir.graph import Graph
+from static_runtime.ir.verifier import verify
+
+GraphPass = Callable[[Graph], bool]
+
+#: Pass names (each is also a ``StaticModuleOptions`` field), in the order they run.
+PASS_ORDER = (
+    "inline", "remove_noops", "constant_propagation", "functionalize", "specialize_alpha",
+    "variadic_cat_stack", "merge_tuple_unpacks", "eliminate_dead_code",
+)
+
+
+def registered_passes() -> dict[str, GraphPass]:
+    """Pass name → pass function. A pass returns whether it changed the graph."""
+    from static_runtime.passes.registry import PASSES
+
+    return PASSES
+
+
+def run_passes(graph: Graph, enabled: dict[str, bool], *, verify_each: bool = False) -> list[str]:
+    """Run the enabled passes in ``PASS_ORDER``, in place; return the names that changed it."""
+    passes = registered_passes()
+    changed: list[str] = []
+    for name in PASS_ORDER:
+        if not enabled.get(name, True) or name not in passes:
+            continue
+        if passes[name](graph):
+            changed.append(name)
+        if verify_each:
+            verify(graph)
+    return changed

@@ -1,0 +1,1 @@
+"""StaticModule, StaticRuntime and the executors that run a prepared graph."""

@@ -1,0 +1,166 @@
+"""Binding a call's ``*args, **kwargs`` to the graph's inputs, with errors that say what
+the signature is, what was expected and what came."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from static_runtime.ir import types as T
+from static_runtime.ir.graph import Graph, Signature
+
+
+class ArgumentError(TypeError):
+    """A call's arguments do not match the model's signature."""
+
+
+def describe_signature(graph: Graph) -> str:
+    sig = graph.signature
+    parts = []
+    for arg, v in zip(sig.arguments, graph.inputs):
+        text = f"{arg.name}: {v.type}"
+        if arg.has_default:
+            text += f" = {arg.default!r}"
+        parts.append(text)
+    return f"forward({', '.join(parts)})"
+
+
+class Binder:
+    """Binds and checks arguments for one graph; built once, used on every call."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+        sig = graph.signature or Signature([])
+        self.names = [a.name for a in sig.arguments]
+        self.arguments = sig.arguments
+        self.types = [v.type for v in graph.inputs]
+        if len(self.names) != len(self.types):
+            raise ValueError("graph signature and graph inputs disagree in number")
+        self.n = len(self.types)
+        self._checks = [_checker(t) for t in self.types]
+
+    def bind(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        n = self.n
+        if not kwargs and len(args) == n:
+            values = list(args)
+        else:
+            values = self._bind_slow(args, kwargs)
+        for i, (value, check) in enumerate(zip(values, self._checks)):
+            if check is not None:
+                converted = check(value)
+                if converted is _BAD:
+                    self._type_error(i, value)
+                if converted is not value:
+                    values[i] = converted
+        return values
+
+    def _bind_slow(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        if len(args) > self.n:
+            raise ArgumentError(
+                f"too many arguments: {describe_signature(self.graph)} takes {self.n}, "
+                f"got {len(args)}")
+        values = list(args)
+        remaining = dict(kwargs)
+        for name in self.names[: len(args)]:
+            if name in remaining:
+                raise ArgumentError(
+                    f"argument {name!r} given both by position and by keyword; "
+                    f"signature: {describe_signature(self.graph)}")
+        for arg in self.arguments[len(args):]:
+            if arg.name in remaining:
+                values.append(remaining.pop(arg.name))
+            elif arg.has_default:
+                values.append(arg.default)
+            else:
+                raise ArgumentError(
+                    f"missing argument {arg.name!r}; signature: {describe_signature(self.graph)}")
+        if remaining:
+            unknown = ", ".join(repr(k) for k in remaining)
+            raise ArgumentError(
+                f"unknown keyword argument(s) {unknown}; signature: "
+                f"{describe_signature(self.graph)}")
+        return values
+
+    def _type_error(self, i: int, value: Any) -> None:
+        raise ArgumentError(
+            f"argument {self.names[i]!r} (position {i}) expected {self.types[i]}, got "
+            f"{_describe(value)}; signature: {describe_signature(self.graph)}")
+
+
+_BAD = object()
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"Tensor(dtype={value.dtype}, shape={tuple(value.shape)})"
+    return type(value).__name__
+
+
+def _checker(t: T.Type):
+    """A function returning the (possibly converted) value, or ``_BAD``; None: accept all."""
+    if isinstance(t, T.TensorType):
+        return lambda x: x if isinstance(x, torch.Tensor) else _BAD
+    if t is T.Int:
+        return lambda x: x if isinstance(x, int) and not isinstance(x, bool) else _BAD
+    if t is T.Float:
+        def float_check(x):
+            if isinstance(x, float):
+                return x
+            if isinstance(x, int) and not isinstance(x, bool):
+                return float(x)
+            return _BAD
+
+        return float_check
+    if t is T.Bool:
+        return lambda x: x if isinstance(x, bool) else _BAD
+    if t is T.Str:
+        return lambda x: x if isinstance(x, str) else _BAD
+    if t is T.Number:
+        return lambda x: x if isinstance(x, (int, float, bool, complex)) else _BAD
+    if t is T.Device:
+        def device_check(x):
+            if isinstance(x, torch.device):
+                return x
+            if isinstance(x, str):
+                try:
+                    return torch.device(x)
+                except RuntimeError:
+                    return _BAD
+            return _BAD
+
+        return device_check
+    if isinstance(t, T.OptionalType):
+        inner = _checker(t.elem)
+        if inner is None:
+            return None
+        return lambda x: None if x is None else inner(x)
+    if isinstance(t, T.ListType):
+        inner = _checker(t.elem)
+
+        def list_check(x):
+            if not isinstance(x, list):
+                return _BAD
+            if inner is None:
+                return x
+            out = [inner(e) for e in x]
+            if any(e is _BAD for e in out):
+                return _BAD
+            return out if any(a is not b for a, b in zip(out, x)) else x
+
+        return list_check
+    if isinstance(t, T.TupleType):
+        inners = [_checker(e) for e in t.elems]
+
+        def tuple_check(x):
+            if not isinstance(x, tuple) or len(x) != len(inners):
+                return _BAD
+            out = tuple(e if c is None else c(e) for e, c in zip(x, inners))
+            if any(e is _BAD for e in out):
+                return _BAD
+            return out if any(a is not b for a, b in zip(out, x)) else x
+
+        return tuple_check
+    if isinstance(t, T.DictType):
+        return lambda x: x if isinstance(x, dict) else _BAD
+    return None

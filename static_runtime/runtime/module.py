@@ -1,0 +1,155 @@
+"""``StaticModule`` (shared, immutable after construction) and ``StaticRuntime`` (per thread).
+
+``StaticModule`` imports the model, prepares the graph, selects an implementation for every
+node and decides which tensors are kept between runs — all once. ``StaticRuntime`` holds
+what changes per call (the value array and kept tensors). Calling the module borrows a
+runtime from a pool, so a module may be called from many threads at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+from static_runtime.frontend import import_model
+from static_runtime.ir.graph import Graph
+from static_runtime.ir.verifier import verify
+from static_runtime.memory.managed import reusable_values
+from static_runtime.ops.registry import Tier
+from static_runtime.passes.pipeline import run_passes
+from static_runtime.runtime import metrics
+from static_runtime.runtime.binding import Binder
+from static_runtime.runtime.interpreter import Interpreter
+from static_runtime.runtime.options import StaticModuleOptions
+from static_runtime.runtime.plan import Control, ExecutionPlan, build_plan
+
+
+def prepare(model: Any, options: StaticModuleOptions | None = None) -> Graph:
+    """Import ``model`` and run the graph passes (PrepareForStaticRuntime); returns the IR."""
+    options = options or StaticModuleOptions()
+    graph = import_model(model, freeze=options.freeze)
+    verify(graph)
+    run_passes(graph, options.passes_enabled(), verify_each=options.verify_passes)
+    verify(graph)
+    return graph
+
+
+class StaticModule:
+    """A model prepared once for fast repeated inference.
+
+    ``model`` is a ``torch.jit.ScriptModule``, ``ScriptFunction``, ``torch._C.Graph``, a
+    path to a TorchScript archive, or a prepared IR ``Graph``. Unsupported operators are
+    reported here, with kind, schema and source line.
+    """
+
+    def __init__(self, model: Any, options: StaticModuleOptions | None = None,
+                 example_inputs: Any = None):
+        if options is not None and not isinstance(options, StaticModuleOptions):
+            raise TypeError(f"options must be StaticModuleOptions, got {type(options).__name__}")
+        self.options = options or StaticModuleOptions()
+        self.graph: Graph = prepare(model, self.options)
+        reuse = self.options.enable_out_variant and self.options.optimize_memory
+        self.plan: ExecutionPlan = build_plan(
+            self.graph, enable_out_variant=self.options.enable_out_variant,
+            reusable=(lambda pred: reusable_values(self.graph, pred)) if reuse else None)
+        self.binder = Binder(self.graph)
+        self.example_inputs = example_inputs
+        self._pool: list[StaticRuntime] = []
+        self._pool_lock = threading.Lock()
+        self._cached: StaticRuntime | None = None
+
+    # -- running
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        with self._pool_lock:
+            rt = self._pool.pop() if self._pool else None
+        if rt is None:
+            rt = StaticRuntime(self)
+        try:
+            return rt(*args, **kwargs)
+        finally:
+            with self._pool_lock:
+                self._pool.append(rt)
+
+    def runtime(self) -> StaticRuntime:
+        """The module's one cached runtime (not thread-safe; use one runtime per thread)."""
+        if self._cached is None:
+            self._cached = StaticRuntime(self)
+        return self._cached
+
+    def benchmark(self, args: tuple = (), kwargs: dict | None = None, warmup_runs: int = 10,
+                  main_runs: int = 100) -> float:
+        """Milliseconds per call of the cached runtime."""
+        return metrics.benchmark(self.runtime(), tuple(args), dict(kwargs or {}),
+                                 warmup_runs, main_runs)
+
+    def benchmark_individual_ops(self, args: tuple = (), kwargs: dict | None = None,
+                                 warmup_runs: int = 10,
+                                 main_runs: int = 100) -> metrics.IndividualMetrics:
+        return metrics.benchmark_individual_ops(self.runtime(), tuple(args), dict(kwargs or {}),
+                                                warmup_runs, main_runs)
+
+    # -- seeing it
+    def tier_counts(self) -> dict[str, int]:
+        """How many nodes (nested ones included, control flow excluded) got each tier."""
+        counts = Counter(pn.tier.value for pn in self.plan.nodes()
+                         if pn.control is Control.NONE)
+        return {t.value: counts.get(t.value, 0) for t in Tier}
+
+    def describe(self) -> str:
+        """One line per node: kind, tier and the implementation chosen."""
+        lines = []
+        for pn in self.plan.nodes():
+            tier = "control flow" if pn.control is not Control.NONE else pn.tier.value
+            where = f"  # {pn.node.source}" if pn.node.source else ""
+            label = pn.impl.label if pn.control is Control.NONE else ""
+            kept = " [kept between runs]" if pn.reuse_output else ""
+            lines.append(f"{pn.node.schema_name() or pn.kind:40s} {tier:12s} {label}{kept}{where}")
+        counts = ", ".join(f"{n} {t}" for t, n in self.tier_counts().items())
+        lines.append(f"tiers: {counts}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        counts = ", ".join(f"{n} {t}" for t, n in self.tier_counts().items())
+        return f"<StaticModule: {len(self.plan.nodes())} nodes ({counts})>"
+
+
+class StaticRuntime:
+    """Per-thread state for running a ``StaticModule``: not thread-safe; make one per thread
+    (``StaticRuntime(mod)`` or ``rt.clone()``, both cheap)."""
+
+    def __init__(self, module: StaticModule):
+        self.module = module
+        self.binder = module.binder
+        self._interp = Interpreter(module.plan)
+        self._busy = False
+
+    def clone(self) -> StaticRuntime:
+        return StaticRuntime(self.module)
+
+    @contextmanager
+    def guard(self):
+        """Marks the runtime busy and runs in inference mode; refuses concurrent use."""
+        if self._busy:
+            raise RuntimeError(
+                "this StaticRuntime is already running (used from two threads at once, or "
+                "re-entered); give each thread its own runtime, or call the StaticModule")
+        self._busy = True
+        guard = torch._C._InferenceMode(True)
+        try:
+            yield
+        finally:
+            del guard
+            self._busy = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        inputs = self.binder.bind(args, kwargs)
+        with self.guard():
+            outputs = self._interp.run(inputs)
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def run(self, args: tuple = (), kwargs: dict | None = None) -> Any:
+        return self(*args, **(kwargs or {}))

@@ -1,0 +1,47 @@
+"""``StaticModuleOptions``: what a ``StaticModule`` does when it prepares and runs a model.
+
+The seed's option names are kept where the seed has them (``enable_out_variant``,
+``optimize_memory``, ``manage_output_tensors``). Every graph pass has its own switch, so a
+wrong answer can be bisected to the pass that caused it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from static_runtime.passes.pipeline import PASS_ORDER
+
+
+@dataclass(frozen=True)
+class StaticModuleOptions:
+    #: Use out variants (write into tensors kept from the previous run) where one exists.
+    enable_out_variant: bool = True
+    #: Reuse intermediate tensors' memory between runs (needs ``enable_out_variant``).
+    optimize_memory: bool = True
+    #: Also manage output tensors (issue 3; the default keeps outputs owned by the caller).
+    manage_output_tensors: bool = False
+
+    # -- graph preparation, one switch per pass (see ``static_runtime.passes``)
+    inline: bool = True
+    constant_propagation: bool = True
+    eliminate_dead_code: bool = True
+    remove_noops: bool = True
+    variadic_cat_stack: bool = True
+    merge_tuple_unpacks: bool = True
+    specialize_alpha: bool = True
+    functionalize: bool = True
+
+    #: Run the IR verifier after every pass (slower preparation; for debugging passes).
+    verify_passes: bool = False
+    #: Freeze TorchScript modules before import (the seed's freezing pass).
+    freeze: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, bool):
+                raise TypeError(
+                    f"StaticModuleOptions.{f.name} must be a bool, got {type(value).__name__}")
+
+    def passes_enabled(self) -> dict[str, bool]:
+        return {name: getattr(self, name) for name in PASS_ORDER}

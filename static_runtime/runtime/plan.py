@@ -1,0 +1,140 @@
+"""The execution plan: a prepared graph turned into processed nodes over one value array.
+
+Built once per ``StaticModule`` and shared, read-only, by all its runtimes (the seed's
+``ProcessedFunction``/``BlockInfo``). Every value of the graph, nested blocks included, gets
+a slot in the runtime's value array; constants are baked into the initial array.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from static_runtime.frontend.torchscript import UnrepresentableConstant
+from static_runtime.ir.graph import Block, Graph, Node, Value
+from static_runtime.ops.registry import OpImpl, Tier, UnsupportedOperatorError, select
+
+
+class Control(enum.Enum):
+    NONE = 0
+    IF = 1
+    LOOP = 2
+
+
+@dataclass(frozen=True)
+class ProcessedNode:
+    node: Node
+    kind: str
+    impl: OpImpl
+    fn: Callable[..., Any] | None
+    out_fn: Callable[..., Any] | None
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    control: Control
+    blocks: tuple[ProcessedBlock, ...]
+    #: The single output is kept between runs and written by ``out_fn``.
+    reuse_output: bool
+
+    @property
+    def tier(self) -> Tier:
+        return self.impl.tier
+
+    def where(self) -> str:
+        loc = f" at {self.node.source}" if self.node.source else ""
+        return f"{self.kind}{loc}"
+
+
+@dataclass(frozen=True)
+class ProcessedBlock:
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    nodes: tuple[ProcessedNode, ...]
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    graph: Graph
+    block: ProcessedBlock
+    n_slots: int
+    #: slot → constant value, filled into every runtime's value array once
+    constants: dict[int, Any]
+    #: slots cleared after each run (everything but constants and reused outputs)
+    transient_slots: tuple[int, ...]
+    #: slots whose tensors are kept between runs for out variants
+    reused_slots: tuple[int, ...]
+    slot_of: dict[Value, int]
+
+    def nodes(self) -> list[ProcessedNode]:
+        """All processed nodes, nested ones included, in program order."""
+        out: list[ProcessedNode] = []
+
+        def walk(b: ProcessedBlock) -> None:
+            for pn in b.nodes:
+                out.append(pn)
+                for sub in pn.blocks:
+                    walk(sub)
+
+        walk(self.block)
+        return out
+
+
+def build_plan(graph: Graph, *, enable_out_variant: bool,
+               reusable: Callable[[Callable[[Node], bool]], set[Value]] | None) -> ExecutionPlan:
+    """Select an implementation for every node and lay the values out in slots.
+
+    ``reusable`` is given the out-variant predicate and returns the values whose tensors may
+    be kept between runs (None: keep nothing). Raises ``UnsupportedOperatorError`` for the
+    first node nothing can run.
+    """
+    slot_of: dict[Value, int] = {}
+    constants: dict[int, Any] = {}
+    impls: dict[Node, OpImpl] = {}
+
+    def slot(v: Value) -> int:
+        if v not in slot_of:
+            slot_of[v] = len(slot_of)
+        return slot_of[v]
+
+    for v in graph.inputs:
+        slot(v)
+    for node in graph.walk():
+        if node.kind == "prim::Constant":
+            value = node.attrs.get("value")
+            if isinstance(value, UnrepresentableConstant) and node.output.uses:
+                raise UnsupportedOperatorError(
+                    node, f"the constant of type {value.type_str} cannot be held as a value")
+            constants[slot(node.output)] = value
+            continue
+        impls[node] = select(node, enable_out_variant=enable_out_variant)
+
+    reused: set[Value] = set()
+    if reusable is not None and enable_out_variant:
+        reused = reusable(lambda n: n in impls and impls[n].tier is Tier.OUT)
+
+    def process_block(block: Block) -> ProcessedBlock:
+        inputs = tuple(slot(v) for v in block.inputs)
+        nodes = []
+        for node in block.nodes:
+            if node.kind == "prim::Constant":
+                continue
+            impl = impls[node]
+            control = {"prim::If": Control.IF, "prim::Loop": Control.LOOP}.get(
+                node.kind, Control.NONE)
+            pn = ProcessedNode(
+                node=node, kind=node.kind, impl=impl, fn=impl.fn, out_fn=impl.out_fn,
+                inputs=tuple(slot(v) for v in node.inputs),
+                outputs=tuple(slot(v) for v in node.outputs),
+                control=control,
+                blocks=tuple(process_block(b) for b in node.blocks),
+                reuse_output=len(node.outputs) == 1 and node.output in reused)
+            nodes.append(pn)
+        outputs = tuple(slot(v) for v in block.outputs)
+        return ProcessedBlock(inputs, outputs, tuple(nodes))
+
+    top = process_block(graph.block)
+    reused_slots = tuple(sorted(slot_of[v] for v in reused))
+    keep = set(constants) | set(reused_slots)
+    transient = tuple(s for s in range(len(slot_of)) if s not in keep)
+    return ExecutionPlan(graph, top, len(slot_of), constants, transient, reused_slots, slot_of)
