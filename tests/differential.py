@@ -42,7 +42,7 @@ def script(model: Any) -> Any:
             if text.startswith("graph("):
                 graph = torch._C.parse_ir(text)
                 return torch._C._create_function_from_graph("ir_function", graph)
-            cu = torch.jit.CompilationUnit(text)
+            cu = torch.jit.CompilationUnit(text + "\n")
             name = text.split("def ", 1)[1].split("(", 1)[0].strip()
             return getattr(cu, name)
         if isinstance(model, (torch.jit.ScriptModule, torch.jit.ScriptFunction)):
