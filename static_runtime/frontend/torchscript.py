@@ -2,8 +2,16 @@
 
 Modules are frozen as the seed describes (``torch.jit.freeze`` in eval mode): parameters and
 unmutated attributes become constants, methods are inlined. Attributes the forward writes
-(``self.b = 20``) survive freezing; the module object they live on becomes a constant the
-graph reads and writes with ``prim::GetAttr``/``prim::SetAttr``.
+(``self.b = 20``, ``self.history.append(n)``, ``self.buf.add_(x)``) survive freezing; the
+module object they live on becomes a constant the graph reads and writes with
+``prim::GetAttr``/``prim::SetAttr``.
+
+That constant is not the TorchScript module itself but a Python mirror of its state
+(``ScriptObjectValue``s, one per module object): reading a list or dict attribute of a
+``torch._C.ScriptModule`` returns a *copy*, so writes into it (``append``, ``d[k] = v``) would
+be lost. The mirror's tensors are copies too, so a ``StaticModule`` owns its state: running
+it never changes the user's module, nor another ``StaticModule`` built from the same one
+(``torch.jit.freeze`` shares buffer storage with the module it was given).
 """
 
 from __future__ import annotations
@@ -22,6 +30,24 @@ from static_runtime.ir.graph import Argument, Block, Graph, Signature, Value
 
 class FrontendError(ValueError):
     """The model could not be imported."""
+
+
+class ScriptObjectValue:
+    """A TorchScript object as the runtime holds it: a module's mirrored state (made by the
+    importer) or an instance of a TorchScript class (made by ``prim::CreateObject``).
+
+    Its attributes live in a dict; methods were inlined into the graph, so the object needs
+    nothing else. ``type_name`` is the qualified name of its TorchScript class, as the IR's
+    ``ClassType`` spells it."""
+
+    __slots__ = ("attrs", "type_name")
+
+    def __init__(self, type_name: str, attrs: dict | None = None):
+        self.type_name = type_name
+        self.attrs: dict = {} if attrs is None else attrs
+
+    def __repr__(self) -> str:
+        return f"<{self.type_name} object {self.attrs}>"
 
 
 class UnrepresentableConstant:
@@ -74,7 +100,9 @@ def load_archive(path: str | os.PathLike) -> torch.jit.ScriptModule:
 
 def _import_module(module: torch.jit.ScriptModule, *, freeze: bool) -> Graph:
     if freeze:
-        was_training = module.training
+        # Freezing needs eval mode; afterwards every submodule gets its own flag back (a
+        # recursive ``train(was_training)`` would overwrite a submodule the user set apart).
+        was_training = [(m, m.training) for m in module.modules()]
         module.eval()
         try:
             with warnings.catch_warnings():
@@ -83,12 +111,13 @@ def _import_module(module: torch.jit.ScriptModule, *, freeze: bool) -> Graph:
         except Exception as e:
             raise FrontendError(f"freezing the module failed: {e}") from e
         finally:
-            module.train(was_training)
+            for m, training in was_training:
+                m.training = training
     else:
         frozen = module
     if not hasattr(frozen, "forward"):
         raise FrontendError("the TorchScript module has no forward method")
-    graph = import_graph(frozen.forward.graph, self_object=frozen._c)
+    graph = import_graph(frozen.forward.graph, self_object=mirror_object(frozen._c))
     graph.signature = _signature_from_schema(frozen.forward.schema, has_self=True)
     return graph
 
@@ -105,6 +134,39 @@ def _signature_from_schema(schema: torch._C.FunctionSchema, *, has_self: bool) -
 
 def _arg_name(debug_name: str) -> str:
     return re.sub(r"\.\d+$", "", debug_name)
+
+
+def mirror_object(value: Any, _memo: tuple[dict, dict] | None = None) -> Any:
+    """A Python copy of ``value``'s state in which writes persist (see the module docstring).
+
+    Modules become ``ScriptObjectValue``s with their attributes mirrored recursively; a module
+    reachable by two paths stays one object, and so does a tensor. Tensors are cloned (only
+    state the forward mutates survives freezing, so this is small). Lists, dicts and tuples
+    are copied with mirrored elements. Instances of TorchScript classes already come out of
+    ``getattr`` as Python objects with their own state and are kept, as are other script
+    objects (custom C++ classes, ``torch.classes``), whose methods are C++.
+    """
+    tensors, modules = _memo if _memo is not None else ({}, {})
+    memo = (tensors, modules)
+    if isinstance(value, torch.Tensor):
+        if id(value) not in tensors:
+            tensors[id(value)] = (value, value.detach().clone())  # value held: its id stays
+        return tensors[id(value)][1]
+    if isinstance(value, torch._C.ScriptModule):
+        if value in modules:  # ScriptObject equality and hash are the C++ object's identity
+            return modules[value]
+        obj = ScriptObjectValue(value._type().qualified_name())
+        modules[value] = obj
+        for name, attr in torch._C._jit_debug_module_iterators(value)["named_attributes"]:
+            obj.attrs[name] = mirror_object(attr, memo)
+        return obj
+    if isinstance(value, list):
+        return [mirror_object(v, memo) for v in value]
+    if isinstance(value, dict):
+        return {k: mirror_object(v, memo) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(mirror_object(v, memo) for v in value)
+    return value
 
 
 # --------------------------------------------------------------------------- graphs
@@ -196,7 +258,7 @@ def _constant_value(tn: torch._C.Node) -> Any:
         return UnrepresentableConstant(str(out.type()))
     try:
         value = out.toIValue()
-    except Exception:
+    except (RuntimeError, TypeError, ValueError):
         return UnrepresentableConstant(str(out.type()))
     if kind == "DeviceObjType" and isinstance(value, str):
         value = torch.device(value)

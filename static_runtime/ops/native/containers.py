@@ -2,17 +2,51 @@
 
 Operators that write into a list or dict (``aten::append``, ``aten::_set_item``...) must be
 native: the fallback would convert the container to a TorchScript value, i.e. copy it.
-Others are here because a Python one-liner is far cheaper than a call into PyTorch.
+So must the generic ones (a type variable ``t`` in the schema) that hand back elements or
+parts of a container (``__getitem__``, ``get``, ``copy``, list ``+``, slicing...): through the
+fallback, a list nested in a list or dict would come back as a copy, and a later
+``d["xs"].append(...)`` would be lost; a TorchScript class instance could not be converted
+at all. The rest are here because a Python one-liner is far cheaper than a call into PyTorch.
+
+Which implementation applies is decided from the node's schema (the overload's argument
+types), never from the values seen at run time.
 """
 
 from __future__ import annotations
 
 from static_runtime.ir.graph import Node
+from static_runtime.ops import schema as S
 from static_runtime.ops.registry import register_native
 
 
+def _arg_types(node: Node) -> list[str] | None:
+    if not node.schema:
+        return None
+    return [a.type for a in S.parse(node.schema).arguments]
+
+
+# Argument types as PyTorch's parsed schema spells them: ``List[t]``, ``Dict[str, t]``,
+# ``Optional[int]``, ``number`` (for ``Scalar``), alias annotations dropped.
+
+
+def _is_list(type_str: str) -> bool:
+    return type_str.startswith("List[")
+
+
 def _first_arg_is_dict(node: Node) -> bool:
-    return bool(node.schema) and node.schema.split("(", 2)[1].startswith("Dict(")
+    types = _arg_types(node)
+    return bool(types) and types[0].startswith("Dict[")
+
+
+def _first_arg_is_list(node: Node) -> bool:
+    types = _arg_types(node)
+    return bool(types) and _is_list(types[0])
+
+
+def _eq(a, b) -> bool:
+    # TorchScript compares list elements with ``==`` only (``std::find``; ``eq(..).is_nonzero()``
+    # for tensors). Python's ``in``/``list.remove`` test identity first, which differs for NaN.
+    return bool(a == b)
 
 
 @register_native("aten::append")
@@ -37,7 +71,10 @@ def _insert(node: Node):
 def _list_pop(lst, idx=-1):
     if not lst:
         raise IndexError("pop from empty list")
-    return lst.pop(idx)
+    try:
+        return lst.pop(idx)
+    except IndexError:
+        raise IndexError("pop index out of range") from None
 
 
 _MISSING = object()
@@ -45,8 +82,10 @@ _MISSING = object()
 
 @register_native("aten::pop")
 def _pop(node: Node):
-    if not _first_arg_is_dict(node):
+    if _first_arg_is_list(node):
         return _list_pop
+    if not _first_arg_is_dict(node):
+        return None
 
     def dict_pop(d, key, default=_MISSING):
         if key in d:
@@ -60,10 +99,13 @@ def _pop(node: Node):
 
 @register_native("aten::popitem")
 def _popitem(node: Node):
+    # TorchScript's ``dictPopItem`` removes the *first* item in insertion order (Python's
+    # ``dict.popitem`` removes the last).
     def popitem(d):
         if not d:
             raise KeyError("popitem(): dictionary is empty")
-        return d.popitem()
+        key = next(iter(d))
+        return (key, d.pop(key))
 
     return popitem
 
@@ -88,6 +130,8 @@ def _set_item(node: Node):
             d[key] = value
 
         return dict_set
+    if not _first_arg_is_list(node):
+        return None
 
     def list_set(lst, idx, el):
         lst[idx] = el
@@ -114,27 +158,35 @@ def _reverse(node: Node):
 @register_native("aten::remove")
 def _remove(node: Node):
     def remove(lst, el):
-        try:
-            lst.remove(el)
-        except ValueError:
-            raise ValueError("list.remove(x): x not in list") from None
+        for i, e in enumerate(lst):
+            if _eq(e, el):
+                del lst[i]
+                return
+        raise ValueError("list.remove(x): x not in list")
 
     return remove
 
 
 @register_native("aten::sort")
 def _sort(node: Node):
-    if node.schema and node.schema.startswith("aten::sort.") and "t[](a!)" in node.schema \
-            or node.schema and any(f"aten::sort.{k}(" in node.schema
-                                   for k in ("int", "float", "bool", "str")):
-        return lambda lst, reverse=False: lst.sort(reverse=reverse)
-    return None
+    # Every overload (int, float, bool, str, Tensor, any) sorts its list argument in place
+    # with ``<``; for tensors that is ``a.lt(b)`` made a bool, as TorchScript does.
+    if not _first_arg_is_list(node):
+        return None
+    return lambda lst, reverse=False: lst.sort(reverse=reverse)
+
+
+@register_native("aten::sorted")
+def _sorted(node: Node):
+    if not _first_arg_is_list(node):
+        return None
+    return sorted
 
 
 @register_native("aten::add_")
 def _list_add_(node: Node):
-    if node.schema is None or not node.schema.startswith("aten::add_.t("):
-        return None
+    if not _first_arg_is_list(node):
+        return None  # the tensor overloads
 
     def add_(lst, other):
         lst.extend(other)
@@ -145,7 +197,7 @@ def _list_add_(node: Node):
 
 @register_native("aten::mul_")
 def _list_mul_(node: Node):
-    if node.schema is None or not node.schema.startswith("aten::mul_.t("):
+    if not _first_arg_is_list(node):
         return None
 
     def mul_(lst, n):
@@ -155,14 +207,11 @@ def _list_mul_(node: Node):
     return mul_
 
 
-# ---------------------------------------------------------------- non-mutating, for speed
+# ------------------------------------------------ reading, keeping the elements' identity
 
 
 @register_native("aten::__getitem__")
 def _getitem(node: Node):
-    if node.schema is None or not (node.schema.startswith("aten::__getitem__.t(")
-                                   or _first_arg_is_dict(node)):
-        return None  # str indexing and others: the fallback
     if _first_arg_is_dict(node):
         def dict_get(d, key):
             try:
@@ -171,6 +220,8 @@ def _getitem(node: Node):
                 raise KeyError(f"KeyError: {key}") from None
 
         return dict_get
+    if not _first_arg_is_list(node):
+        return None  # str indexing: the fallback
 
     def list_get(lst, idx):
         try:
@@ -181,17 +232,68 @@ def _getitem(node: Node):
     return list_get
 
 
+@register_native("aten::get")
+def _get(node: Node):
+    if not _first_arg_is_dict(node):
+        return None
+    return lambda d, key, default=None: d.get(key, default)
+
+
+@register_native("aten::copy")
+def _copy(node: Node):
+    # Shallow copies, as TorchScript's ``list.copy()``/``dict.copy()``.
+    if _first_arg_is_list(node):
+        return list
+    if _first_arg_is_dict(node):
+        return dict
+    return None  # aten::copy(Tensor...) and others
+
+
+@register_native("aten::slice")
+def _slice(node: Node):
+    if not _first_arg_is_list(node):
+        return None  # tensor and str slicing
+
+    def list_slice(lst, start=None, end=None, step=1):
+        if step == 0:
+            raise ValueError("slice step cannot be zero")
+        return lst[start:end:step]
+
+    return list_slice
+
+
+def list_concat(node: Node):
+    """``aten::add.t(t[] a, t[] b)``; registered together with the scalar ``aten::add``."""
+    types = _arg_types(node)
+    if not types or len(types) != 2 or not all(_is_list(t) for t in types):
+        return None
+    return lambda a, b: a + b
+
+
+def list_repeat(node: Node):
+    """``aten::mul.left_t(t[] l, int n)`` and ``aten::mul.right_(int n, t[] l)``; registered
+    together with the scalar ``aten::mul``."""
+    types = _arg_types(node)
+    if not types or len(types) != 2:
+        return None
+    if _is_list(types[0]) and types[1] == "int":
+        return lambda lst, n: lst * n
+    if types[0] == "int" and _is_list(types[1]):
+        return lambda n, lst: n * lst
+    return None
+
+
 @register_native("aten::len")
 def _len(node: Node):
-    if node.schema and (node.schema.startswith("aten::len.t(") or _first_arg_is_dict(node)
-                        or node.schema.startswith("aten::len.str(")):
+    types = _arg_types(node)
+    if types and (_is_list(types[0]) or types[0].startswith("Dict[") or types[0] == "str"):
         return len
-    return None
+    return None  # aten::len.Tensor: the fallback (it raises for 0-dim tensors)
 
 
 @register_native("aten::list")
 def _list(node: Node):
-    if node.schema and node.schema.startswith("aten::list.t("):
+    if _first_arg_is_list(node):
         return list
     return None
 
@@ -203,32 +305,27 @@ def _keys(node: Node):
 
 @register_native("aten::values")
 def _values(node: Node):
+    if not _first_arg_is_dict(node):
+        return None  # aten::values(Tensor) of sparse tensors
     return lambda d: list(d.values())
 
 
 @register_native("aten::items")
 def _items(node: Node):
-    return lambda d: [tuple(kv) for kv in d.items()]
+    return lambda d: list(d.items())
 
 
 @register_native("aten::dict")
 def _dict(node: Node):
     if not node.inputs:
         return dict
-    if _first_arg_is_dict(node):
-        return dict
-    return lambda pairs: dict(pairs)
+    return dict  # from a dict (a shallow copy) or from a list of (key, value) tuples
 
 
 @register_native("aten::__contains__")
 def _contains(node: Node):
-    if node.schema is None:
-        return None
     if _first_arg_is_dict(node):
         return lambda d, key: key in d
-    first = node.inputs[0].type
-    from static_runtime.ir import types as T
-
-    if isinstance(first, T.ListType) and not isinstance(first.elem, T.TensorType):
-        return lambda lst, item: item in lst
+    if _first_arg_is_list(node):
+        return lambda lst, item: any(_eq(e, item) for e in lst)
     return None

@@ -1,27 +1,18 @@
-"""Objects: module attributes that survive freezing, and TorchScript class instances."""
+"""Objects: module attributes that survive freezing, and TorchScript class instances.
+
+Both are ``ScriptObjectValue``s (defined with the importer, which mirrors a frozen module's
+state into them; re-exported here): ``prim::GetAttr``/``prim::SetAttr`` read and write their
+attribute dict. Other objects (TorchScript class instances kept as Python objects in
+constants, custom C++ classes) are read and written through their own interface.
+"""
 
 from __future__ import annotations
 
 import torch
 
+from static_runtime.frontend.torchscript import ScriptObjectValue
 from static_runtime.ir.graph import Node
 from static_runtime.ops.registry import register_native
-
-
-class ScriptObjectValue:
-    """An instance of a TorchScript class created by the graph (``prim::CreateObject``).
-
-    Its attributes live in a dict; the class's methods were inlined into the graph, so the
-    object needs nothing else."""
-
-    __slots__ = ("type_name", "attrs")
-
-    def __init__(self, type_name: str):
-        self.type_name = type_name
-        self.attrs: dict = {}
-
-    def __repr__(self) -> str:
-        return f"<{self.type_name} object {self.attrs}>"
 
 
 @register_native("prim::CreateObject")
