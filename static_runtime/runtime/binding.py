@@ -135,6 +135,9 @@ def _checker(t: T.Type):
         if inner is None:
             return None
         return lambda x: None if x is None else inner(x)
+    # Lists and dicts are copied on every call (nested ones too, through the element
+    # checkers): the graph may write into them (append, setitem), and the caller's container
+    # is never written to. The TorchScript interpreter copies them into IValues likewise.
     if isinstance(t, T.ListType):
         inner = _checker(t.elem)
 
@@ -142,11 +145,9 @@ def _checker(t: T.Type):
             if not isinstance(x, list):
                 return _BAD
             if inner is None:
-                return x
+                return list(x)
             out = [inner(e) for e in x]
-            if any(e is _BAD for e in out):
-                return _BAD
-            return out if any(a is not b for a, b in zip(out, x)) else x
+            return _BAD if any(e is _BAD for e in out) else out
 
         return list_check
     if isinstance(t, T.TupleType):
@@ -162,5 +163,19 @@ def _checker(t: T.Type):
 
         return tuple_check
     if isinstance(t, T.DictType):
-        return lambda x: x if isinstance(x, dict) else _BAD
+        key_check, value_check = _checker(t.key), _checker(t.value)
+
+        def dict_check(x):
+            if not isinstance(x, dict):
+                return _BAD
+            out = {}
+            for k, v in x.items():
+                k = k if key_check is None else key_check(k)
+                v = v if value_check is None else value_check(v)
+                if k is _BAD or v is _BAD:
+                    return _BAD
+                out[k] = v
+            return out
+
+        return dict_check
     return None

@@ -104,11 +104,12 @@ def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
     node_sum = sum(m.time_per_node) or 1.0
     m.percent_per_node_type = {k: 100.0 * v / node_sum for k, v in by_type.items()}
     m.instances_per_node_type = dict(counts)
-    all_nodes = interp.plan.nodes()
-    out = [pn for pn in all_nodes if pn.tier is Tier.OUT]
+    # As in PyTorch, the counts are of the top-level nodes timed above (a control-flow
+    # node's blocks are inside its time), so total_nodes_count == len(time_per_node).
+    out = [pn for pn in nodes if pn.tier is Tier.OUT]
     m.out_nodes = {pn.kind for pn in out}
     m.out_nodes_count = len(out)
-    m.total_nodes_count = len(all_nodes)
+    m.total_nodes_count = len(nodes)
     return m
 
 
