@@ -93,7 +93,7 @@ def _interpreter_function(node: Node) -> Callable[..., Any]:
     outs = ", ".join(f"%o{k} : {_ts_type(v.type)}" for k, v in enumerate(node.outputs))
     lines = [f"graph({params}):"]
     call = f"{node.kind}({args})"
-    lines.append(f"  {outs} = {call}" if outs else f"   = {call}")
+    lines.append(f"  {outs} = {call}" if outs else f"  {call}")
     if len(node.outputs) > 1:
         tuple_t = "(" + ", ".join(_ts_type(v.type) for v in node.outputs) + ")"
         names = ", ".join(f"%o{k}" for k in range(len(node.outputs)))

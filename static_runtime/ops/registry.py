@@ -98,18 +98,22 @@ def register_native(*kinds: str) -> Callable[[NativeFactory], NativeFactory]:
 def select(node: Node, *, enable_out_variant: bool = True) -> OpImpl:
     """Choose the implementation of ``node``: out variant, native, fallback, in that order."""
     from static_runtime.ops import fallback, out_variants  # noqa: F401  (registers)
-    from static_runtime.ops.native import containers, objects, prim, scalars  # noqa: F401
+    from static_runtime.ops.native import (  # noqa: F401  (registers)
+        containers, objects, prim, scalars, specialized)
 
     if node.kind in CONTROL_FLOW:
         return OpImpl(Tier.NATIVE, None, None, "control flow")
-    if enable_out_variant:
-        factory = _out_variants.get(node.kind)
-        pair = factory(node) if factory is not None else None
-        if pair is None:
-            pair = out_variants.derived(node)
-        if pair is not None:
-            fn, out_fn = pair
+    factory = _out_variants.get(node.kind)
+    pair = factory(node) if factory is not None else None
+    if pair is None and enable_out_variant:
+        pair = out_variants.derived(node)
+    if pair is not None:
+        fn, out_fn = pair
+        if enable_out_variant:
             return OpImpl(Tier.OUT, fn, out_fn, _label(out_fn))
+        # A hand-written out variant also brings its allocating form (the variadic cat and
+        # stack have no other implementation): with out variants off, that is a native one.
+        return OpImpl(Tier.NATIVE, fn, None, _label(fn))
     factory = _natives.get(node.kind)
     if factory is not None:
         fn = factory(node)

@@ -39,7 +39,10 @@ class Interpreter:
             values[slot] = x
         try:
             self.run_block(plan.block)
-            return [values[s] for s in plan.block.outputs]
+            outputs = [values[s] for s in plan.block.outputs]
+            for i in plan.copied_outputs:
+                outputs[i] = copy_containers(outputs[i])
+            return outputs
         finally:
             self.clear()
 
@@ -56,11 +59,14 @@ class Interpreter:
             self.values[s] = None
 
     def _check_reuse_key(self, inputs: list[Any]) -> None:
-        # Kept outputs were produced for the previous call's input dtypes; an out variant
-        # given a tensor of another dtype would cast silently. A change drops them all.
+        # Kept outputs were produced for the previous call's inputs; an out variant handed a
+        # tensor of another dtype casts silently. Result dtypes follow from the inputs'
+        # dtypes, the Python types of scalars, and which tensors are 0-dim (type promotion
+        # treats a 0-dim tensor like a scalar); a change in any of these drops them all.
         if not self.plan.reused_slots:
             return
-        key = tuple(x.dtype if isinstance(x, torch.Tensor) else type(x) for x in inputs)
+        key = tuple((x.dtype, x.dim() == 0) if isinstance(x, torch.Tensor) else type(x)
+                    for x in inputs)
         if key != self._input_key:
             self.drop_kept_outputs()
             self._input_key = key
@@ -100,9 +106,11 @@ class Interpreter:
                 return
             result = pn.fn(*args)
             values[pn.outputs[0]] = result
-            if _shares_storage(result, args):
-                # The op handed back (a view of) an input: keeping it would let the next
-                # call overwrite the caller's tensor.
+            if _shares_storage(result, args) or not result.is_contiguous():
+                # Not kept: an op that hands back (a view of) an input would have the next
+                # call overwrite the caller's tensor; and a kernel whose natural result is
+                # not contiguous (cholesky's column-major factor) would, writing into a
+                # resized kept tensor, return another layout than the functional op does.
                 self.unkept.add(pn.outputs[0])
             return
         result = pn.fn(*args)
@@ -143,3 +151,19 @@ def _shares_storage(result: Any, args: list[Any]) -> bool:
     ptr = result.untyped_storage().data_ptr()
     return ptr == 0 or any(
         isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == ptr for a in args)
+
+
+def copy_containers(x: Any) -> Any:
+    """New lists, dicts and tuples all the way down; tensors and other objects as they are.
+
+    Applied to outputs that may be (or hold) a container that outlives the call — an
+    attribute of the module, say — so that the caller's result does not change when a later
+    call writes into that container. The TorchScript interpreter's results are new Python
+    containers likewise."""
+    if isinstance(x, list):
+        return [copy_containers(e) for e in x]
+    if isinstance(x, tuple):
+        return tuple(copy_containers(e) for e in x)
+    if isinstance(x, dict):
+        return {k: copy_containers(v) for k, v in x.items()}
+    return x

@@ -25,7 +25,8 @@ from static_runtime.runtime import metrics
 from static_runtime.runtime.binding import Binder
 from static_runtime.runtime.interpreter import Interpreter
 from static_runtime.runtime.options import StaticModuleOptions
-from static_runtime.runtime.plan import Control, ExecutionPlan, build_plan
+from static_runtime.runtime.plan import (
+    Control, ExecutionPlan, build_plan, may_hold_list_or_dict)
 
 
 def prepare(model: Any, options: StaticModuleOptions | None = None) -> Graph:
@@ -55,7 +56,9 @@ class StaticModule:
         reuse = self.options.enable_out_variant and self.options.optimize_memory
         self.plan: ExecutionPlan = build_plan(
             self.graph, enable_out_variant=self.options.enable_out_variant,
-            reusable=(lambda pred: reusable_values(self.graph, pred)) if reuse else None)
+            reusable=(lambda pred: reusable_values(self.graph, pred)) if reuse else None,
+            copied_outputs=tuple(i for i, v in enumerate(self.graph.outputs)
+                                 if may_hold_list_or_dict(v.type)))
         self.binder = Binder(self.graph)
         self.example_inputs = example_inputs
         self._pool: list[StaticRuntime] = []

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from static_runtime.frontend.torchscript import UnrepresentableConstant
+from static_runtime.ir import types as T
 from static_runtime.ir.graph import Block, Graph, Node, Value
 from static_runtime.ops.registry import OpImpl, Tier, UnsupportedOperatorError, select
 
@@ -64,6 +65,8 @@ class ExecutionPlan:
     transient_slots: tuple[int, ...]
     #: slots whose tensors are kept between runs for out variants
     reused_slots: tuple[int, ...]
+    #: indices of graph outputs that may be containers outliving the call (copied on return)
+    copied_outputs: tuple[int, ...]
     slot_of: dict[Value, int]
 
     def nodes(self) -> list[ProcessedNode]:
@@ -81,7 +84,8 @@ class ExecutionPlan:
 
 
 def build_plan(graph: Graph, *, enable_out_variant: bool,
-               reusable: Callable[[Callable[[Node], bool]], set[Value]] | None) -> ExecutionPlan:
+               reusable: Callable[[Callable[[Node], bool]], set[Value]] | None,
+               copied_outputs: tuple[int, ...] = ()) -> ExecutionPlan:
     """Select an implementation for every node and lay the values out in slots.
 
     ``reusable`` is given the out-variant predicate and returns the values whose tensors may
@@ -137,4 +141,22 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
     reused_slots = tuple(sorted(slot_of[v] for v in reused))
     keep = set(constants) | set(reused_slots)
     transient = tuple(s for s in range(len(slot_of)) if s not in keep)
-    return ExecutionPlan(graph, top, len(slot_of), constants, transient, reused_slots, slot_of)
+    return ExecutionPlan(graph, top, len(slot_of), constants, transient, reused_slots,
+                         copied_outputs, slot_of)
+
+
+def may_hold_list_or_dict(t: T.Type) -> bool:
+    """Whether a value of type ``t`` may be or hold a list or dict.
+
+    Such graph outputs are returned as new containers (``interpreter.copy_containers``): a
+    list the graph returns may be one that outlives the call (a module attribute the next
+    call appends to), and copying a few references is cheaper than proving it is not."""
+    if isinstance(t, (T.ListType, T.DictType)) or t is T.Any:
+        return True
+    if isinstance(t, T.TupleType):
+        return any(may_hold_list_or_dict(e) for e in t.elems)
+    if isinstance(t, (T.OptionalType, T.FutureType)):
+        return may_hold_list_or_dict(t.elem)
+    if isinstance(t, T.UnionType):
+        return any(may_hold_list_or_dict(m) for m in t.members)
+    return False

@@ -6,6 +6,7 @@ import builtins
 
 import torch
 
+from static_runtime.frontend.torchscript import ScriptObjectValue
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
 from static_runtime.ops.registry import labelled, register_native
@@ -154,10 +155,20 @@ def _matches_type(x, t: T.Type) -> bool:
     if isinstance(t, T.OptionalType):
         return x is None or _matches_type(x, t.elem)
     if isinstance(t, T.ClassType):
-        qual = getattr(getattr(x, "_type", lambda: None)(), "qualified_name", None) \
-            if isinstance(x, torch._C.ScriptObject) else getattr(x, "type_name", None)
-        return qual == t.name
+        return _class_name(x) == t.name
     return False
+
+
+def _class_name(x) -> str | None:
+    """The qualified TorchScript class name of an object the runtime may hold."""
+    if isinstance(x, ScriptObjectValue):
+        return x.type_name
+    if isinstance(x, torch._C.ScriptObject):
+        return x._type().qualified_name()
+    # Instances of TorchScript classes held as Python objects (constants, module attributes).
+    if torch.jit._state._get_script_class(type(x)) is not None:
+        return torch._jit_internal._qualified_name(type(x))
+    return None
 
 
 @register_native("prim::isinstance")
@@ -186,3 +197,23 @@ def _type_check(node: Node):
         return [*xs, ok]
 
     return check
+
+
+@register_native("aten::warn")
+def _warn(node: Node):
+    """``warnings.warn`` in TorchScript code (also inside ``torch.nn.functional``).
+
+    The TorchScript interpreter issues a given ``warn`` node's warning once per function, not
+    on every call; so does this. It reaches Python as a ``UserWarning``, as PyTorch's
+    ``TORCH_WARN`` does."""
+    import threading
+    import warnings
+
+    warned = threading.Event()
+
+    def warn(message, stacklevel=2):
+        if not warned.is_set():
+            warned.set()
+            warnings.warn(str(message), UserWarning, stacklevel=2)
+
+    return warn
