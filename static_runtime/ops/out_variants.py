@@ -35,6 +35,15 @@ def derived(node: Node) -> OutPair | None:
         return None
     info = S.parse(node.schema)
     n = len(node.inputs)
+    # The out tensor is the one kept from the previous call, of the dtype that call produced.
+    # The runtime drops kept tensors when the graph inputs' dtypes change, but a dtype
+    # argument that is not a constant (``torch.sum(x, 0, dtype=d)`` with ``d`` an input or
+    # computed) can change while they stay the same: ``sum.out`` would then refuse the kept
+    # tensor, and TensorIterator kernels would cast into it silently. Run such nodes
+    # functionally.
+    for i in info.dtype_argument_indices():
+        if i < n and node.inputs[i].node.kind != "prim::Constant":
+            return None
     return bind_overload(functional, info, n), bind_overload(out_op, info, n, out_name)
 
 

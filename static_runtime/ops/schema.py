@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -24,6 +25,9 @@ class ArgInfo:
     is_write: bool
     #: alias sets it may point into after the call (``t(c -> *)`` gives {"*"})
     after_sets: frozenset[str]
+    #: the declared type where ``type`` shows the JIT's erasure (``ScalarType?`` is
+    #: ``Optional[int]`` in ``type``, ``Optional[ScalarType]`` here)
+    real_type: str = ""
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,12 @@ class SchemaInfo:
     def has_alias_annotations(self) -> bool:
         return any(a.alias_sets or a.is_write for a in self.arguments + self.returns)
 
+    def dtype_argument_indices(self) -> tuple[int, ...]:
+        """Positions of the arguments that choose a result dtype (``ScalarType``,
+        ``ScalarType?``)."""
+        return tuple(i for i, a in enumerate(self.arguments)
+                     if a.real_type in ("ScalarType", "Optional[ScalarType]"))
+
     def is_generic(self) -> bool:
         """Whether a type variable (``t``, ``t[]``, ``Dict(t, t)``...) appears: such ops
         cannot be called through ``torch.ops`` from Python values."""
@@ -66,7 +76,8 @@ def _arg_info(a: torch._C.Argument) -> ArgInfo:
     before = frozenset(info.before_set) if info is not None else frozenset()
     after = frozenset(info.after_set) if info is not None else frozenset()
     return ArgInfo(a.name, str(a.type), bool(getattr(a, "kwarg_only", False)), before,
-                   bool(info.is_write) if info is not None else False, after)
+                   bool(info.is_write) if info is not None else False, after,
+                   str(getattr(a, "real_type", a.type)))
 
 
 _TYPE_VARS = {"t", "t1", "t2", "tVal", "tKey", "Any", "t?", "t[]"}
@@ -103,7 +114,8 @@ def find_out_overload(schema: str) -> tuple[torch._ops.OpOverload, str] | None:
 
     Equivalent means: the same arguments (names, types, keyword-only-ness), plus exactly one
     extra keyword-only ``Tensor(a!)`` argument, and one returned tensor. Returns None when no
-    such overload exists or the functional op is not purely functional (alias annotations).
+    such overload exists, the functional op is not purely functional (alias annotations), or
+    the overload is only ATen's generated wrapper (see ``generated_out_wrappers``).
     """
     info = parse(schema)
     if info.has_alias_annotations() or len(info.returns) != 1 or info.returns[0].type != "Tensor":
@@ -122,10 +134,41 @@ def find_out_overload(schema: str) -> tuple[torch._ops.OpOverload, str] | None:
         outs = [a for a in cand.arguments if a.is_write]
         if len(outs) != 1 or outs[0].type != "Tensor" or not outs[0].kwarg_only:
             continue
+        if info.namespace == "aten" and f"{info.base_name}.{name}" in generated_out_wrappers():
+            continue
         rest = [(a.name, a.type, a.kwarg_only) for a in cand.arguments if not a.is_write]
         if rest == want and len(cand.returns) == 1:
             return overload, outs[0].name
     return None
+
+
+@functools.cache
+def generated_out_wrappers() -> frozenset[str]:
+    """ATen ``.out`` overloads (``relu.out``, ``mul.Scalar_out``) that are generated wrappers.
+
+    ATen declares them with ``autogen:`` in ``native_functions.yaml``; their kernel calls the
+    functional op, which allocates, then resizes ``out`` and copies into it. As out variants
+    they save nothing, and they change the result's layout: a resized ``out`` is contiguous,
+    where the functional op (``relu``, ``x * 2``, ``clone`` of a transposed tensor) keeps its
+    input's strides, which ``is_contiguous()``, ``stride()`` or a later ``view`` can observe.
+    Real ``.out`` kernels (TensorIterator, structured kernels) restride a resized ``out`` to
+    the layout the functional op would return, so they are kept. The yaml ships with torch
+    (in ``torchgen``); without it nothing is known, and no overload is excluded.
+    """
+    try:
+        import torchgen
+    except ImportError:
+        return frozenset()
+    path = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / "native_functions.yaml"
+    if not path.exists():
+        return frozenset()
+    names: set[str] = set()
+    # ``autogen: a.out, b.Scalar_out`` lines: read as text, a full YAML parse is not needed.
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line.startswith("autogen:"):
+            names.update(n.strip() for n in line[len("autogen:"):].split(",") if n.strip())
+    return frozenset(names)
 
 
 def matches(node_schema: str | None, signature: str) -> bool:

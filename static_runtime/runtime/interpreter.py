@@ -61,11 +61,12 @@ class Interpreter:
     def _check_reuse_key(self, inputs: list[Any]) -> None:
         # Kept outputs were produced for the previous call's inputs; an out variant handed a
         # tensor of another dtype casts silently. Result dtypes follow from the inputs'
-        # dtypes, the Python types of scalars, and which tensors are 0-dim (type promotion
-        # treats a 0-dim tensor like a scalar); a change in any of these drops them all.
+        # dtypes, the Python types of scalars, and which tensors — inputs or intermediates —
+        # are 0-dim (type promotion treats a 0-dim tensor like a scalar). Intermediate ranks
+        # follow from input shapes, so the key is dtypes and shapes; a change drops them all.
         if not self.plan.reused_slots:
             return
-        key = tuple((x.dtype, x.dim() == 0) if isinstance(x, torch.Tensor) else type(x)
+        key = tuple((x.dtype, x.shape) if isinstance(x, torch.Tensor) else type(x)
                     for x in inputs)
         if key != self._input_key:
             self.drop_kept_outputs()
