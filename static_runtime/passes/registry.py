@@ -1,0 +1,26 @@
+"""Pass name → pass function; the names are ``StaticModuleOptions`` fields."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from static_runtime.ir.graph import Graph
+from static_runtime.passes.alpha import specialize_alpha
+from static_runtime.passes.constant_propagation import constant_propagation
+from static_runtime.passes.dead_code import eliminate_dead_code
+from static_runtime.passes.functionalize import functionalize
+from static_runtime.passes.inline import inline
+from static_runtime.passes.noops import remove_noops
+from static_runtime.passes.tuples import merge_tuple_unpacks
+from static_runtime.passes.variadic import variadic_cat_stack
+
+PASSES: dict[str, Callable[[Graph], bool]] = {
+    "inline": inline,
+    "remove_noops": remove_noops,
+    "constant_propagation": constant_propagation,
+    "functionalize": functionalize,
+    "specialize_alpha": specialize_alpha,
+    "variadic_cat_stack": variadic_cat_stack,
+    "merge_tuple_unpacks": merge_tuple_unpacks,
+    "eliminate_dead_code": eliminate_dead_code,
+}
