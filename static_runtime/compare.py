@@ -86,7 +86,7 @@ def make_runners(model: torch.nn.Module, inputs: tuple, *,
             fn, seconds = _timed_setup(make)
             fn()  # first call outside timing; also proves the peer can run the model
             runners.append(Runner(name, fn, seconds))
-        except Exception as e:  # a peer that cannot run the model is reported, not fatal
+        except Exception as e:  # noqa: BLE001  (a peer that cannot run the model is reported)
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             runners.append(Runner(name, _refused(first), float("nan"), note=first))
     return runners

@@ -35,7 +35,7 @@ class Use:
 class Value:
     """One SSA value: defined by exactly one node (``node``, output ``offset``)."""
 
-    __slots__ = ("_name", "type", "node", "offset", "uses", "graph")
+    __slots__ = ("_name", "graph", "node", "offset", "type", "uses")
 
     def __init__(self, graph: Graph, node: Node, offset: int, type: T.Type, name: str | None):
         self.graph = graph
@@ -70,8 +70,18 @@ class Value:
 class Node:
     """One operation. ``kind`` is ``namespace::name``; ``attrs`` hold compile-time values."""
 
-    __slots__ = ("graph", "kind", "_inputs", "outputs", "attrs", "blocks", "owning_block",
-                 "schema", "source", "meta")
+    __slots__ = (
+        "_inputs",
+        "attrs",
+        "blocks",
+        "graph",
+        "kind",
+        "meta",
+        "outputs",
+        "owning_block",
+        "schema",
+        "source",
+    )
 
     def __init__(self, graph: Graph, kind: str):
         self.graph = graph

@@ -97,8 +97,9 @@ def register_native(*kinds: str) -> Callable[[NativeFactory], NativeFactory]:
 
 def select(node: Node, *, enable_out_variant: bool = True) -> OpImpl:
     """Choose the implementation of ``node``: out variant, native, fallback, in that order."""
-    from static_runtime.ops import fallback, out_variants  # noqa: F401  (registers)
-    from static_runtime.ops.native import (  # noqa: F401  (registers)
+    # Importing the implementation modules registers them.
+    from static_runtime.ops import fallback, out_variants
+    from static_runtime.ops.native import (  # noqa: F401
         containers, objects, prim, scalars, specialized)
 
     if node.kind in CONTROL_FLOW:

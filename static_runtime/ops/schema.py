@@ -89,7 +89,7 @@ def _has_type_var(type_str: str) -> bool:
     return any(tok in _TYPE_VARS for tok in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", type_str))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def parse(schema: str) -> SchemaInfo:
     s = torch._C.parse_schema(schema)
     return SchemaInfo(
@@ -97,7 +97,7 @@ def parse(schema: str) -> SchemaInfo:
         tuple(_arg_info(r) for r in s.returns), "..." in schema.split("->", 1)[0], schema)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def resolve_overload(schema: str) -> torch._ops.OpOverload | None:
     """The ``torch.ops`` overload a schema names, or None if PyTorch has none."""
     info = parse(schema)
@@ -108,7 +108,7 @@ def resolve_overload(schema: str) -> torch._ops.OpOverload | None:
         return None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def find_out_overload(schema: str) -> tuple[torch._ops.OpOverload, str] | None:
     """The ``.out`` overload equivalent to a functional schema, and its out argument's name.
 

@@ -1,12 +1,11 @@
 """The TorchScript importer: every form of model, signatures, constants, blocks, sources."""
 
-from typing import List, Optional
 
 import pytest
 import torch
+from differential import script
 
 import static_runtime as sr
-from differential import script
 from static_runtime.frontend import import_model
 from static_runtime.frontend.torchscript import import_graph, import_torchscript
 from static_runtime.ir import types as T
@@ -14,7 +13,7 @@ from static_runtime.ir.verifier import verify
 
 
 def fn_with_defaults(x: torch.Tensor, n: int = 2, scale: float = 0.5,
-                     name: Optional[str] = None) -> torch.Tensor:
+                     name: str | None = None) -> torch.Tensor:
     for _ in range(n):
         x = x * scale
     if name is not None:
@@ -154,7 +153,7 @@ def test_unfrozen_import_keeps_parameters_as_attributes():
 
 
 def test_list_input_types_are_converted():
-    def f(xs: List[torch.Tensor]) -> torch.Tensor:
+    def f(xs: list[torch.Tensor]) -> torch.Tensor:
         return torch.cat(xs)
 
     g = import_graph(script(f).graph)
