@@ -99,8 +99,7 @@ def select(node: Node, *, enable_out_variant: bool = True) -> OpImpl:
     """Choose the implementation of ``node``: out variant, native, fallback, in that order."""
     # Importing the implementation modules registers them.
     from static_runtime.ops import fallback, out_variants
-    from static_runtime.ops.native import (  # noqa: F401
-        containers, objects, prim, scalars, specialized)
+    from static_runtime.ops.native import containers, objects, prim, scalars, specialized  # noqa: F401
 
     if node.kind in CONTROL_FLOW:
         return OpImpl(Tier.NATIVE, None, None, "control flow")
