@@ -22,10 +22,11 @@ import torch
 
 import static_runtime as sr
 
-#: Option sets every case runs under: everything on (the default), and a minimal pipeline
-#: (no passes, no out variants, nothing kept) so both paths are exercised.
+#: Option sets every case runs under: everything on (the defaults, plus verifying every
+#: memory plan), and a minimal pipeline (no passes, no out variants, no arena) so both paths
+#: are exercised.
 OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
-    "default": sr.StaticModuleOptions(),
+    "default": sr.StaticModuleOptions(verify_memory_plans=True),
     "plain": sr.StaticModuleOptions(
         enable_out_variant=False, optimize_memory=False, constant_propagation=False,
         remove_noops=False, variadic_cat_stack=False, merge_tuple_unpacks=False,

@@ -176,3 +176,15 @@ def matches(node_schema: str | None, signature: str) -> bool:
     if node_schema is None:
         return False
     return str(torch._C.parse_schema(node_schema)) == str(torch._C.parse_schema(signature))
+
+
+@functools.cache
+def tags(schema: str) -> frozenset[str]:
+    """PyTorch's tags of the operator a schema names (``dynamic_output_shape``,
+    ``data_dependent_output``, ``pointwise``...); empty for operators without any."""
+    op = resolve_overload(schema)
+    return frozenset(t.name for t in getattr(op, "tags", ())) if op is not None else frozenset()
+
+
+#: Tags saying an output's size (or a scalar that may become a size) depends on tensor data.
+DATA_DEPENDENT_TAGS = frozenset({"dynamic_output_shape", "data_dependent_output"})

@@ -7,10 +7,20 @@ array. One ``Interpreter`` per runtime: it owns the value array and is not threa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from static_runtime.memory.arena import (
+    ArenaLayout,
+    allocate_arena,
+    build_layout,
+    materialize,
+    observe,
+)
+from static_runtime.memory.cache import LayoutCache, signature
+from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
 
 
@@ -21,56 +31,119 @@ def annotate(e: BaseException, pn: ProcessedNode) -> None:
         e.add_note(note)
 
 
+@dataclass(frozen=True)
+class MemoryConfig:
+    """What a module shares with its runtimes for managed memory."""
+
+    lifetimes: Lifetimes
+    layouts: LayoutCache
+    planner: str
+    verify: bool
+
+
 class Interpreter:
-    def __init__(self, plan: ExecutionPlan):
+    def __init__(self, plan: ExecutionPlan, memory: MemoryConfig | None = None):
         self.plan = plan
+        self.memory = memory
         self.values: list[Any] = [None] * plan.n_slots
         for slot, value in plan.constants.items():
             self.values[slot] = value
-        #: reused slots found at run time to alias an input: never kept (see ``_run_node``)
+        #: managed slots not in the arena for the current layout: cleared after each call
         self.unkept: set[int] = set()
-        self._input_key: tuple | None = None
+        self.layout: ArenaLayout | None = None
+        self.arena: torch.Tensor | None = None
+        self._key: tuple | None = None
+        self._recording = False
 
     # -- one call
     def run(self, inputs: list[Any]) -> list[Any]:
-        plan, values = self.plan, self.values
-        self._check_reuse_key(inputs)
-        for slot, x in zip(plan.block.inputs, inputs):
-            values[slot] = x
+        self.begin(inputs)
         try:
-            self.run_block(plan.block)
-            outputs = [values[s] for s in plan.block.outputs]
-            for i in plan.copied_outputs:
-                outputs[i] = copy_containers(outputs[i])
-            return outputs
+            self.run_block(self.plan.block)
+            return self.end(inputs)
         finally:
             self.clear()
 
+    def begin(self, inputs: list[Any]) -> None:
+        """Put the inputs in their slots, and the managed memory for their signature."""
+        if self.memory is not None and self.plan.managed_slots:
+            key = signature(inputs)
+            if key != self._key:
+                self._switch(key)
+        values = self.values
+        for slot, x in zip(self.plan.block.inputs, inputs):
+            values[slot] = x
+
+    def end(self, inputs: list[Any]) -> list[Any]:
+        """The call's outputs (after planning memory, if this call was a recording)."""
+        values, plan = self.values, self.plan
+        outputs = [values[s] for s in plan.block.outputs]
+        for i in plan.copied_outputs:
+            outputs[i] = copy_containers(outputs[i])
+        if self._recording:
+            self._finish_recording(inputs)
+        return outputs
+
     def clear(self) -> None:
-        """Drop every value but constants and kept out-variant outputs."""
+        """Drop every value but constants and arena tensors."""
         values = self.values
         for s in self.plan.transient_slots:
             values[s] = None
         for s in self.unkept:
             values[s] = None
 
-    def drop_kept_outputs(self) -> None:
-        for s in self.plan.reused_slots:
-            self.values[s] = None
-
-    def _check_reuse_key(self, inputs: list[Any]) -> None:
-        # Kept outputs were produced for the previous call's inputs; an out variant handed a
-        # tensor of another dtype casts silently. Result dtypes follow from the inputs'
-        # dtypes, the Python types of scalars, and which tensors — inputs or intermediates —
-        # are 0-dim (type promotion treats a 0-dim tensor like a scalar). Intermediate ranks
-        # follow from input shapes, so the key is dtypes and shapes; a change drops them all.
-        if not self.plan.reused_slots:
+    # -- managed memory
+    def _switch(self, key: tuple) -> None:
+        self._key = key
+        layout = self.memory.layouts.get(key)
+        if layout is not None:
+            self.install(layout)
             return
-        key = tuple((x.dtype, x.shape) if isinstance(x, torch.Tensor) else type(x)
-                    for x in inputs)
-        if key != self._input_key:
-            self.drop_kept_outputs()
-            self._input_key = key
+        # A signature never seen: this call allocates, and its sizes make the plan.
+        self._recording = True
+        self.layout = None
+        for s in self.plan.managed_slots:
+            self.values[s] = None
+        self.unkept = set(self.plan.managed_slots)
+
+    def _finish_recording(self, inputs: list[Any]) -> None:
+        self.install(self.record_layout(inputs))
+
+    def record_layout(self, inputs: list[Any]) -> ArenaLayout:
+        """Plan the arena from the values a recording call left, and cache the layout."""
+        memory, values = self.memory, self.values
+        observed = {}
+        for s in self.plan.managed_slots:
+            obs = observe(values[s], inputs)
+            if obs is not None:
+                observed[s] = obs
+        managed = set(self.plan.managed_slots)
+        seen: set[int] = set()
+        unplanned = 0
+        for s in self.plan.transient_slots:
+            x = values[s]
+            if isinstance(x, torch.Tensor) and s not in managed and x.device.type == "cpu":
+                storage = x.untyped_storage()
+                if storage.data_ptr() not in seen:
+                    seen.add(storage.data_ptr())
+                    unplanned += storage.nbytes()
+        layout = build_layout(memory.lifetimes, self.plan.slot_of, observed,
+                              planner=memory.planner, unplanned_bytes=unplanned)
+        if memory.verify:
+            layout.plan.verify()
+        memory.layouts.put(self._key, layout)
+        return layout
+
+    def install(self, layout: ArenaLayout) -> None:
+        """Make ``layout`` current: managed slots hold tensors over this runtime's arena."""
+        if self.arena is None or self.arena.numel() < layout.arena_bytes + 64:
+            self.arena = allocate_arena(layout.arena_bytes)
+        tensors = materialize(layout, self.arena)
+        for s in self.plan.managed_slots:
+            self.values[s] = tensors.get(s)
+        self.unkept = set(layout.unmanaged)
+        self.layout = layout
+        self._recording = False
 
     # -- blocks and nodes
     def run_block(self, block: ProcessedBlock) -> None:
@@ -97,22 +170,21 @@ class Interpreter:
     def _run_node(self, pn: ProcessedNode) -> None:
         values = self.values
         args = [values[i] for i in pn.inputs]
-        if pn.reuse_output:
+        if pn.managed:
             out = values[pn.outputs[0]]
-            if out is not None:
-                # Out variants resize their output; emptying it first keeps the storage and
-                # avoids PyTorch's warning about resizing a non-empty out tensor.
-                out.resize_(0)
-                pn.out_fn(out, *args)
+            if out is None:
+                # Recording, or not in the arena for this signature: allocate.
+                values[pn.outputs[0]] = pn.fn(*args)
                 return
-            result = pn.fn(*args)
-            values[pn.outputs[0]] = result
-            if _shares_storage(result, args) or not result.is_contiguous():
-                # Not kept: an op that hands back (a view of) an input would have the next
-                # call overwrite the caller's tensor; and a kernel whose natural result is
-                # not contiguous (cholesky's column-major factor) would, writing into a
-                # resized kept tensor, return another layout than the functional op does.
+            try:
+                pn.out_fn(out, *args)
+            except RuntimeError as e:
+                if not _is_refused_resize(e):
+                    raise
+                # A data-dependent size outgrew its planned region: PyTorch refused to
+                # resize the arena tensor. Allocate instead, now and for this layout.
                 self.unkept.add(pn.outputs[0])
+                values[pn.outputs[0]] = pn.fn(*args)
             return
         result = pn.fn(*args)
         n = len(pn.outputs)
@@ -146,12 +218,8 @@ class Interpreter:
             values[o] = x
 
 
-def _shares_storage(result: Any, args: list[Any]) -> bool:
-    if not isinstance(result, torch.Tensor):
-        return True
-    ptr = result.untyped_storage().data_ptr()
-    return ptr == 0 or any(
-        isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == ptr for a in args)
+def _is_refused_resize(e: RuntimeError) -> bool:
+    return "not resizable" in str(e)
 
 
 def copy_containers(x: Any) -> Any:

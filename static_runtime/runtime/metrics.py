@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from static_runtime.ops.registry import Tier
-from static_runtime.runtime.interpreter import Interpreter
 
 if TYPE_CHECKING:
     from static_runtime.runtime.module import StaticRuntime
@@ -59,7 +58,7 @@ def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
         raise ValueError("main_runs must be at least 1")
     m = IndividualMetrics()
     t0 = time.perf_counter_ns()
-    interp = Interpreter(runtime.module.plan)
+    interp = runtime.module.new_interpreter()
     m.setup_time = _ms(time.perf_counter_ns() - t0)
     inputs = runtime.binder.bind(args, kwargs)
     nodes = interp.plan.block.nodes
@@ -73,17 +72,17 @@ def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
             interp.run(list(inputs))
 
         per_node = [0] * len(nodes)
-        dealloc = out_dealloc = 0
+        alloc = dealloc = out_dealloc = 0
         total_start = time.perf_counter_ns()
         for _ in range(main_runs):
-            interp._check_reuse_key(inputs)
-            for slot, x in zip(interp.plan.block.inputs, inputs):
-                interp.values[slot] = x
+            s = time.perf_counter_ns()
+            interp.begin(inputs)
+            alloc += time.perf_counter_ns() - s
             for k, pn in enumerate(nodes):
                 s = time.perf_counter_ns()
                 interp.run_nodes((pn,))
                 per_node[k] += time.perf_counter_ns() - s
-            outs = [interp.values[s] for s in interp.plan.block.outputs]
+            outs = interp.end(inputs)
             s = time.perf_counter_ns()
             interp.clear()
             dealloc += time.perf_counter_ns() - s
@@ -92,6 +91,7 @@ def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
             out_dealloc += time.perf_counter_ns() - s
         m.total_time = _ms(time.perf_counter_ns() - total_start) / main_runs
 
+    m.memory_alloc_time = _ms(alloc) / main_runs
     m.memory_dealloc_time = _ms(dealloc) / main_runs
     m.output_dealloc_time = _ms(out_dealloc) / main_runs
     m.time_per_node = [_ms(t) / main_runs for t in per_node]

@@ -18,15 +18,18 @@ import torch
 from static_runtime.frontend import import_model
 from static_runtime.ir.graph import Graph
 from static_runtime.ir.verifier import verify
-from static_runtime.memory.managed import reusable_values
+from static_runtime.memory.cache import LayoutCache
+from static_runtime.memory.lifetimes import Lifetimes
+from static_runtime.memory.lifetimes import analyze as analyze_lifetimes
+from static_runtime.memory.planner import MemoryPlan
 from static_runtime.ops.registry import Tier
 from static_runtime.passes.pipeline import run_passes
 from static_runtime.runtime import metrics
+from static_runtime.runtime.ahead import plan_ahead
 from static_runtime.runtime.binding import Binder
-from static_runtime.runtime.interpreter import Interpreter
+from static_runtime.runtime.interpreter import Interpreter, MemoryConfig
 from static_runtime.runtime.options import StaticModuleOptions
-from static_runtime.runtime.plan import (
-    Control, ExecutionPlan, build_plan, may_hold_list_or_dict)
+from static_runtime.runtime.plan import Control, ExecutionPlan, build_plan, may_hold_list_or_dict
 
 
 def prepare(model: Any, options: StaticModuleOptions | None = None) -> Graph:
@@ -53,17 +56,46 @@ class StaticModule:
             raise TypeError(f"options must be StaticModuleOptions, got {type(options).__name__}")
         self.options = options or StaticModuleOptions()
         self.graph: Graph = prepare(model, self.options)
-        reuse = self.options.enable_out_variant and self.options.optimize_memory
+        manage = self.options.enable_out_variant and self.options.optimize_memory
+        self.lifetimes = Lifetimes(0, ())
+
+        def managed_values(is_out_variant) -> set:
+            self.lifetimes = analyze_lifetimes(self.graph, is_out_variant)
+            return {lt.value for lt in self.lifetimes.managed}
+
         self.plan: ExecutionPlan = build_plan(
             self.graph, enable_out_variant=self.options.enable_out_variant,
-            reusable=(lambda pred: reusable_values(self.graph, pred)) if reuse else None,
+            reusable=managed_values if manage else None,
             copied_outputs=tuple(i for i, v in enumerate(self.graph.outputs)
                                  if may_hold_list_or_dict(v.type)))
+        self.layouts = LayoutCache(self.options.plan_cache_size)
+        self._memory = MemoryConfig(self.lifetimes, self.layouts, self.options.memory_planner,
+                                    self.options.verify_memory_plans) if manage else None
         self.binder = Binder(self.graph)
-        self.example_inputs = example_inputs
         self._pool: list[StaticRuntime] = []
         self._pool_lock = threading.Lock()
         self._cached: StaticRuntime | None = None
+        #: why planning ahead from ``example_inputs`` was not possible (None if it was, or
+        #: if no example inputs were given)
+        self.ahead_of_time_error: str | None = None
+        if example_inputs is not None and self._memory is not None:
+            args, kwargs = _split_example(example_inputs)
+            self.ahead_of_time_error = plan_ahead(self, self.binder.bind(args, kwargs))
+
+    def new_interpreter(self) -> Interpreter:
+        """Fresh per-runtime executor state."""
+        return Interpreter(self.plan, self._memory)
+
+    def memory_plan(self) -> MemoryPlan:
+        """The memory plan of the most recently planned input signature."""
+        layout = self.layouts.most_recent()
+        if layout is None:
+            if self._memory is None:
+                raise RuntimeError("memory planning is off (optimize_memory or "
+                                   "enable_out_variant is False)")
+            raise RuntimeError("no memory plan yet: call the module once, or build it with "
+                               "example_inputs= to plan before the first call")
+        return layout.plan
 
     # -- running
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -109,7 +141,7 @@ class StaticModule:
             tier = "control flow" if pn.control is not Control.NONE else pn.tier.value
             where = f"  # {pn.node.source}" if pn.node.source else ""
             label = pn.impl.label if pn.control is Control.NONE else ""
-            kept = " [kept between runs]" if pn.reuse_output else ""
+            kept = " [managed]" if pn.managed else ""
             lines.append(f"{pn.node.schema_name() or pn.kind:40s} {tier:12s} {label}{kept}{where}")
         counts = ", ".join(f"{n} {t}" for t, n in self.tier_counts().items())
         lines.append(f"tiers: {counts}")
@@ -127,7 +159,7 @@ class StaticRuntime:
     def __init__(self, module: StaticModule):
         self.module = module
         self.binder = module.binder
-        self._interp = Interpreter(module.plan)
+        self._interp = module.new_interpreter()
         self._busy = False
 
     def clone(self) -> StaticRuntime:
@@ -156,3 +188,15 @@ class StaticRuntime:
 
     def run(self, args: tuple = (), kwargs: dict | None = None) -> Any:
         return self(*args, **(kwargs or {}))
+
+
+def _split_example(example_inputs: Any) -> tuple[tuple, dict]:
+    """``example_inputs`` is a tuple of positional arguments, or ``(args, kwargs)``."""
+    if (isinstance(example_inputs, tuple) and len(example_inputs) == 2
+            and isinstance(example_inputs[0], tuple) and isinstance(example_inputs[1], dict)):
+        return example_inputs[0], example_inputs[1]
+    if isinstance(example_inputs, tuple):
+        return example_inputs, {}
+    if isinstance(example_inputs, list):
+        return tuple(example_inputs), {}
+    return (example_inputs,), {}

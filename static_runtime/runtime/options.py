@@ -33,15 +33,27 @@ class StaticModuleOptions:
 
     #: Run the IR verifier after every pass (slower preparation; for debugging passes).
     verify_passes: bool = False
+    #: Verify every memory plan (no two live tensors share bytes) when it is made.
+    verify_memory_plans: bool = False
+    #: How many arena layouts (one per input signature: shapes, dtypes) a module keeps.
+    plan_cache_size: int = 8
+    #: "best" (the smaller arena of the two), "greedy_by_size" or "storage_groups".
+    memory_planner: str = "best"
     #: Freeze TorchScript modules before import (the seed's freezing pass).
     freeze: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, bool):
-                raise TypeError(
-                    f"StaticModuleOptions.{f.name} must be a bool, got {type(value).__name__}")
+            expected = {"bool": bool, "int": int, "str": str}[f.type]
+            if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+                raise TypeError(f"StaticModuleOptions.{f.name} must be a {f.type}, "
+                                f"got {type(value).__name__}")
+        if self.plan_cache_size < 1:
+            raise ValueError("StaticModuleOptions.plan_cache_size must be at least 1")
+        if self.memory_planner not in ("best", "greedy_by_size", "storage_groups"):
+            raise ValueError(f"StaticModuleOptions.memory_planner must be 'best', "
+                             f"'greedy_by_size' or 'storage_groups', got {self.memory_planner!r}")
 
     def passes_enabled(self) -> dict[str, bool]:
         return {name: getattr(self, name) for name in PASS_ORDER}

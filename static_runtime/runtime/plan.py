@@ -35,8 +35,8 @@ class ProcessedNode:
     outputs: tuple[int, ...]
     control: Control
     blocks: tuple[ProcessedBlock, ...]
-    #: The single output is kept between runs and written by ``out_fn``.
-    reuse_output: bool
+    #: The single output is managed: it lives in the arena and ``out_fn`` writes it.
+    managed: bool
 
     @property
     def tier(self) -> Tier:
@@ -61,10 +61,10 @@ class ExecutionPlan:
     n_slots: int
     #: slot → constant value, filled into every runtime's value array once
     constants: dict[int, Any]
-    #: slots cleared after each run (everything but constants and reused outputs)
+    #: slots cleared after each run (everything but constants and managed values)
     transient_slots: tuple[int, ...]
-    #: slots whose tensors are kept between runs for out variants
-    reused_slots: tuple[int, ...]
+    #: slots of managed values (arena tensors, kept between runs)
+    managed_slots: tuple[int, ...]
     #: indices of graph outputs that may be containers outliving the call (copied on return)
     copied_outputs: tuple[int, ...]
     slot_of: dict[Value, int]
@@ -88,8 +88,8 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
                copied_outputs: tuple[int, ...] = ()) -> ExecutionPlan:
     """Select an implementation for every node and lay the values out in slots.
 
-    ``reusable`` is given the out-variant predicate and returns the values whose tensors may
-    be kept between runs (None: keep nothing). Raises ``UnsupportedOperatorError`` for the
+    ``reusable`` is given the out-variant predicate and returns the managed values (None:
+    manage nothing). Raises ``UnsupportedOperatorError`` for the
     first node nothing can run.
     """
     slot_of: dict[Value, int] = {}
@@ -132,16 +132,16 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
                 outputs=tuple(slot(v) for v in node.outputs),
                 control=control,
                 blocks=tuple(process_block(b) for b in node.blocks),
-                reuse_output=len(node.outputs) == 1 and node.output in reused)
+                managed=len(node.outputs) == 1 and node.output in reused)
             nodes.append(pn)
         outputs = tuple(slot(v) for v in block.outputs)
         return ProcessedBlock(inputs, outputs, tuple(nodes))
 
     top = process_block(graph.block)
-    reused_slots = tuple(sorted(slot_of[v] for v in reused))
-    keep = set(constants) | set(reused_slots)
+    managed_slots = tuple(sorted(slot_of[v] for v in reused))
+    keep = set(constants) | set(managed_slots)
     transient = tuple(s for s in range(len(slot_of)) if s not in keep)
-    return ExecutionPlan(graph, top, len(slot_of), constants, transient, reused_slots,
+    return ExecutionPlan(graph, top, len(slot_of), constants, transient, managed_slots,
                          copied_outputs, slot_of)
 
 

@@ -1,16 +1,15 @@
 """Which out-variant outputs the runtime keeps between calls, and that keeping them is safe."""
 
-from typing import Dict, List, Tuple
 
 import torch
+from differential import check, script
 
 import static_runtime as sr
-from differential import check, script
 
 
 def kept_kinds(fn) -> list[str]:
     mod = sr.StaticModule(script(fn))
-    return [pn.kind for pn in mod.plan.nodes() if pn.reuse_output]
+    return [pn.kind for pn in mod.plan.nodes() if pn.managed]
 
 
 def test_intermediates_are_kept_outputs_are_not():
@@ -32,7 +31,7 @@ def test_value_viewed_by_an_output_is_not_kept():
 
 
 def test_value_returned_inside_a_container_is_not_kept():
-    def f(x: torch.Tensor) -> Tuple[torch.Tensor, List[torch.Tensor]]:
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         a = torch.exp(x)
         b = torch.sigmoid(x)
         return torch.tanh(x), [a, b]
@@ -42,7 +41,7 @@ def test_value_returned_inside_a_container_is_not_kept():
 
 
 def test_value_returned_inside_a_dict_is_not_kept():
-    def f(x: torch.Tensor) -> Dict[str, torch.Tensor]:
+    def f(x: torch.Tensor) -> dict[str, torch.Tensor]:
         a = torch.exp(x)
         return {"a": a, "b": a + 1}
 
@@ -63,7 +62,7 @@ def test_value_stored_on_the_module_is_not_kept():
 
     scripted = torch.jit.script(M())
     mod = sr.StaticModule(scripted)
-    assert not any(pn.reuse_output and pn.kind == "aten::exp" for pn in mod.plan.nodes())
+    assert not any(pn.managed and pn.kind == "aten::exp" for pn in mod.plan.nodes())
     check(M(), [torch.randn(3)], [torch.randn(5)])
 
 
@@ -121,7 +120,7 @@ def test_disabling_optimize_memory_keeps_nothing():
         return torch.tanh(torch.exp(x))
 
     mod = sr.StaticModule(script(f), options=sr.StaticModuleOptions(optimize_memory=False))
-    assert not any(pn.reuse_output for pn in mod.plan.nodes())
+    assert not any(pn.managed for pn in mod.plan.nodes())
     assert mod.tier_counts()["out variant"] == 2
 
 
@@ -131,8 +130,8 @@ def test_kept_tensor_is_written_in_place_across_calls():
 
     mod = sr.StaticModule(script(f))
     rt = mod.runtime()
-    slot = mod.plan.reused_slots[0]
-    rt(torch.randn(8))
+    slot = mod.plan.managed_slots[0]
+    rt(torch.randn(8))  # records sizes, then plans
     first = rt._interp.values[slot]
     ptr = first.data_ptr()
     rt(torch.randn(8))

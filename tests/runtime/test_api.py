@@ -73,11 +73,22 @@ def test_options_must_be_options():
         sr.StaticModule(_mlp(), options={"enable_out_variant": False})
 
 
-@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(sr.StaticModuleOptions)])
-@pytest.mark.parametrize("value", [1, 0, "yes", None])
-def test_option_values_must_be_bool(field, value):
+_WRONG_VALUES = {"bool": [1, 0, "yes", None], "int": [True, 2.0, "8", None],
+                 "str": [1, True, None]}
+
+
+@pytest.mark.parametrize("field,value", [
+    (f.name, v) for f in dataclasses.fields(sr.StaticModuleOptions) for v in _WRONG_VALUES[f.type]])
+def test_option_values_must_have_their_type(field, value):
     with pytest.raises(TypeError, match=field):
         sr.StaticModuleOptions(**{field: value})
+
+
+def test_option_values_must_be_in_range():
+    with pytest.raises(ValueError, match="plan_cache_size"):
+        sr.StaticModuleOptions(plan_cache_size=0)
+    with pytest.raises(ValueError, match="memory_planner"):
+        sr.StaticModuleOptions(memory_planner="first_fit")
 
 
 def test_unknown_option_is_refused():

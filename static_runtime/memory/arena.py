@@ -1,0 +1,155 @@
+"""The arena: one buffer per runtime, and a tensor per managed value carved out of it.
+
+An ``ArenaLayout`` is what one input signature needs: each managed value's dtype, shape and
+byte offset (from a ``MemoryPlan``), plus the managed values that turned out not to fit the
+scheme for that signature (see ``build_layout``). Layouts are immutable and shared by all
+runtimes of a module; each runtime materialises a layout into tensors over its own arena.
+
+Each managed tensor gets a storage of its own that points into the arena and cannot grow:
+should an operator ever need a bigger output than planned (a data-dependent shape), PyTorch
+refuses to resize it ("Trying to resize storage that is not resizable") rather than writing
+past the tensor's region into a neighbour's. The runtime catches that and falls back to an
+allocating call for that value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from static_runtime.memory.lifetimes import Lifetimes
+from static_runtime.memory.planner import (
+    DEFAULT_ALIGNMENT,
+    MemoryPlan,
+    TensorRequest,
+    plan_best,
+    plan_greedy_by_size,
+    plan_storage_groups,
+)
+
+PLANNERS: dict[str, Callable[[Sequence[TensorRequest], int], MemoryPlan]] = {
+    "best": plan_best,
+    "greedy_by_size": plan_greedy_by_size,
+    "storage_groups": plan_storage_groups,
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    slot: int
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offset: int
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class ArenaLayout:
+    """Where each managed value lives for one input signature."""
+
+    plan: MemoryPlan
+    specs: tuple[TensorSpec, ...]
+    #: managed slots not placed in the arena for this signature (allocated each call)
+    unmanaged: frozenset[int]
+
+    @property
+    def arena_bytes(self) -> int:
+        return self.plan.arena_bytes
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one managed value was in a recording run."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    #: whether it can live in the arena: a contiguous tensor of its own storage
+    fits: bool
+
+
+def observe(value: Any, inputs: Sequence[Any]) -> Observation | None:
+    """Record a managed value produced by an allocating run (None: it was never produced,
+    e.g. its node sits after an early exit — it then stays allocating)."""
+    if not isinstance(value, torch.Tensor):
+        return None
+    fits = value.is_contiguous() and not _aliases_any(value, inputs)
+    return Observation(value.dtype, tuple(value.shape), fits)
+
+
+def _aliases_any(t: torch.Tensor, others: Sequence[Any]) -> bool:
+    if t.device.type == "meta":
+        # No storage to compare: an op handing back its input is caught by identity.
+        return any(t is o or t._base is o for o in others)
+    ptr = t.untyped_storage().data_ptr()
+    return ptr == 0 or any(
+        isinstance(o, torch.Tensor) and o.device.type != "meta"
+        and o.untyped_storage().data_ptr() == ptr for o in others)
+
+
+def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observation],
+                 *, planner: str = "best", alignment: int = DEFAULT_ALIGNMENT,
+                 unplanned_bytes: int = 0) -> ArenaLayout:
+    """Plan the arena for the values observed in one recording run."""
+    requests: list[TensorRequest] = []
+    names: dict[str, int] = {}
+    unmanaged: set[int] = set()
+    dims: dict[int, tuple[torch.dtype, tuple[int, ...]]] = {}
+    for lt in lifetimes.managed:
+        slot = slot_of[lt.value]
+        obs = observed.get(slot)
+        if obs is None or not obs.fits:
+            unmanaged.add(slot)
+            continue
+        nbytes = math.prod(obs.shape) * _element_size(obs.dtype)
+        name = lt.value.name
+        requests.append(TensorRequest(name, nbytes, lt.start, lt.end))
+        names[name] = slot
+        dims[slot] = (obs.dtype, obs.shape)
+    plan = PLANNERS[planner](requests, alignment)
+    plan = dataclasses.replace(plan, unplanned_bytes=unplanned_bytes)
+    specs = tuple(
+        TensorSpec(names[p.request.name], p.request.name, *dims[names[p.request.name]],
+                   p.offset, p.request.size)
+        for p in plan.placements)
+    return ArenaLayout(plan, specs, frozenset(unmanaged))
+
+
+def _element_size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype, device="meta").element_size()
+
+
+def allocate_arena(nbytes: int) -> torch.Tensor:
+    """The arena buffer, with room to align its start to the planning alignment."""
+    return torch.empty(nbytes + DEFAULT_ALIGNMENT, dtype=torch.uint8)
+
+
+def materialize(layout: ArenaLayout, arena: torch.Tensor) -> dict[int, torch.Tensor]:
+    """One tensor per placed value, over ``arena`` (which must outlive them: the tensors do
+    not own their memory)."""
+    if arena.numel() < layout.arena_bytes + DEFAULT_ALIGNMENT:
+        raise ValueError("arena too small for the layout")
+    base = arena.data_ptr()
+    base += (-base) % DEFAULT_ALIGNMENT
+    cpu = torch.device("cpu")
+    tensors: dict[int, torch.Tensor] = {}
+    for spec in layout.specs:
+        storage = torch._C._construct_storage_from_data_pointer(
+            base + spec.offset, cpu, spec.nbytes)
+        t = torch.empty(0, dtype=spec.dtype).set_(
+            storage, 0, spec.shape, _contiguous_strides(spec.shape))
+        tensors[spec.slot] = t
+    return tensors
+
+
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(d, 1)
+    return tuple(reversed(strides))

@@ -1,0 +1,67 @@
+"""A small thread-safe LRU of arena layouts, keyed by input signature.
+
+A service alternating between a few batch sizes plans once per size; a new signature beyond
+the cache's size evicts the least recently used layout.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+
+
+class LayoutCache:
+    def __init__(self, maxsize: int):
+        if maxsize < 1:
+            raise ValueError("the plan cache holds at least one layout")
+        self.maxsize = maxsize
+        self._items: OrderedDict[Hashable, Any] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, key: Hashable) -> Any | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return item
+
+    def put(self, key: Hashable, item: Any) -> None:
+        with self._lock:
+            self._items[key] = item
+            self._items.move_to_end(key)
+            while len(self._items) > self.maxsize:
+                self._items.popitem(last=False)
+
+    def most_recent(self) -> Any | None:
+        with self._lock:
+            return next(reversed(self._items.values()), None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def signature(inputs: list[Any]) -> tuple:
+    """What a memory layout depends on: tensor dtypes and shapes (inside lists and tuples
+    too), and the values of ints, bools and strings, which may shape intermediates."""
+    return tuple(_sig(x) for x in inputs)
+
+
+def _sig(x: Any) -> Hashable:
+    if isinstance(x, torch.Tensor):
+        return (x.dtype, x.shape)
+    if isinstance(x, (int, str)):  # bool is an int
+        return (type(x), x)
+    if isinstance(x, (list, tuple)):
+        return (type(x), tuple(_sig(e) for e in x))
+    if isinstance(x, dict):
+        return (dict, tuple((k, _sig(v)) for k, v in x.items()))
+    return type(x)

@@ -1,0 +1,149 @@
+"""Lifetimes of the tensors the runtime manages, in execution steps of the top-level block.
+
+A value is *managed* — its memory comes from the arena, planned ahead — when it is a tensor
+produced by an out-variant node of the top-level block and it escapes nowhere: it may alias
+no graph output (nor be held by one), no graph input, no constant and no object state.
+(``static_runtime.passes.alias.AliasDb`` answers these from the operators' schemas.)
+
+Its lifetime runs from the step of the node producing it to the last step at which it, or
+anything that may alias or hold it, is used: a view keeps its base alive, a list built from
+it keeps it alive until the list's last use, and a use inside an ``If``/``Loop`` block counts
+at the step of that control-flow node, since the block may run at any point during it (or
+many times). Steps number the top-level block's non-constant nodes from 0, matching the
+runtime's per-node timings.
+
+Values produced inside sub-blocks are not managed: a loop body may run many times per call,
+with other shapes each time, and its values may be carried into the next iteration. Nor are
+values whose size may depend on tensor data (``data_dependent_sizes``): the arena is planned
+per input signature, and their size can change between calls with the same signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from static_runtime.ir import types as T
+from static_runtime.ir.graph import RETURN, Graph, Node, Value
+from static_runtime.ops import schema as S
+from static_runtime.passes.alias import AliasDb
+
+
+@dataclass(frozen=True)
+class Lifetime:
+    value: Value
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Lifetimes:
+    """The managed values of a graph and when each is live (inclusive step interval)."""
+
+    steps: int
+    managed: tuple[Lifetime, ...]
+
+    def by_value(self) -> dict[Value, Lifetime]:
+        return {lt.value: lt for lt in self.managed}
+
+
+def top_level_steps(graph: Graph) -> dict[Node, int]:
+    """Step number of every top-level non-constant node."""
+    steps: dict[Node, int] = {}
+    for node in graph.nodes:
+        if node.kind != "prim::Constant":
+            steps[node] = len(steps)
+    return steps
+
+
+def _step_of_use(node: Node, steps: dict[Node, int], last: int) -> int:
+    """The top-level step at which a use by ``node`` happens (its top-level ancestor's)."""
+    while node not in steps:
+        block = node.owning_block
+        if block is None or block.owning_node is None:
+            # The graph's return node: live to the end of the call.
+            return last if node.kind == RETURN else 0
+        node = block.owning_node
+    return steps[node]
+
+
+def analyze(graph: Graph, is_out_variant: Callable[[Node], bool],
+            alias_db: AliasDb | None = None) -> Lifetimes:
+    """Managed values of the top-level block and their lifetimes."""
+    db = alias_db if alias_db is not None else AliasDb(graph)
+    steps = top_level_steps(graph)
+    last = max(steps.values(), default=0)
+
+    dynamic = data_dependent_sizes(graph)
+    candidates: list[Value] = []
+    for node in graph.nodes:
+        if node not in steps or len(node.outputs) != 1 or not is_out_variant(node):
+            continue
+        v = node.output
+        if not isinstance(v.type, T.TensorType) or v in dynamic:
+            continue
+        if db.may_alias_graph_output(v) or db.may_alias_graph_input(v):
+            continue
+        candidates.append(v)
+    if not candidates:
+        return Lifetimes(len(steps), ())
+
+    # Everything that may alias or hold a candidate extends its life: collect, per alias
+    # class, the last step any value reaching that class is used (or defined) at.
+    last_use_of_class: dict[object, int] = {}
+    wanted = {db.class_id(v) for v in candidates}
+    for node in graph.walk():
+        for value in node.outputs:
+            _note_value(value, db, wanted, steps, last, last_use_of_class)
+        for block in node.blocks:
+            for value in block.inputs:
+                _note_value(value, db, wanted, steps, last, last_use_of_class)
+    for value in graph.inputs:
+        _note_value(value, db, wanted, steps, last, last_use_of_class)
+
+    managed = []
+    for v in candidates:
+        start = steps[v.node]
+        end = max(start, last_use_of_class.get(db.class_id(v), start))
+        managed.append(Lifetime(v, start, end))
+    return Lifetimes(len(steps), tuple(managed))
+
+
+def _note_value(value: Value, db: AliasDb, wanted: set, steps: dict[Node, int], last: int,
+                last_use_of_class: dict[object, int]) -> None:
+    reached = db.reachable_class_ids(value) & wanted
+    if not reached:
+        return
+    points = [_step_of_use(value.node, steps, last)] if value.node in steps else []
+    points.extend(_step_of_use(use.user, steps, last) for use in value.uses)
+    if not points:
+        return
+    latest = max(points)
+    for cls in reached:
+        if last_use_of_class.get(cls, -1) < latest:
+            last_use_of_class[cls] = latest
+
+
+def data_dependent_sizes(graph: Graph) -> set[Value]:
+    """Values whose size (or, for scalars, whose value) may depend on tensor data.
+
+    Seeded by PyTorch's operator tags (``dynamic_output_shape``: ``nonzero``,
+    ``masked_select``, boolean indexing; ``data_dependent_output``: ``item``) and carried
+    forward through every node that consumes such a value; a control-flow node's outputs
+    are tainted by anything inside its blocks. Conversions that have no tags
+    (``aten::Int(Tensor)``) are not seen here; the runtime still copes with a managed value
+    that outgrows its plan (``memory/arena.py``)."""
+    tainted: set[Value] = set()
+
+    def visit(block) -> bool:
+        any_tainted = False
+        for node in block.nodes:
+            inner = any([visit(b) for b in node.blocks])
+            seeded = node.schema is not None and bool(S.tags(node.schema) & S.DATA_DEPENDENT_TAGS)
+            if seeded or inner or any(v in tainted for v in node.inputs):
+                tainted.update(node.outputs)
+                any_tainted = True
+        return any_tainted
+
+    visit(graph.block)
+    return tainted

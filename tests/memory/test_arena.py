@@ -1,0 +1,188 @@
+"""The arena: planned per input signature, no allocation for managed tensors in steady state,
+an LRU of layouts, planning ahead on meta tensors, data-dependent sizes handled safely."""
+
+import warnings
+
+import pytest
+import torch
+
+import static_runtime as sr
+from differential import check, script
+from static_runtime.models import MODELS
+
+CHAIN = """
+def f(x: torch.Tensor):
+    return torch.tanh(torch.sigmoid(torch.exp(x)))
+"""
+
+VERIFY = sr.StaticModuleOptions(verify_memory_plans=True)
+
+
+def storage_allocations(fn, calls: int = 5) -> int:
+    """CPU allocations made by ``calls`` calls of ``fn`` (PyTorch's profiler memory record)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                    profile_memory=True) as prof:
+            for _ in range(calls):
+                fn()
+    return sum(1 for e in prof.events() if e.cpu_memory_usage > 0)
+
+
+def test_steady_state_allocates_only_outputs():
+    x = torch.randn(64, 64)
+    mod = sr.StaticModule(script(CHAIN), options=VERIFY)
+    for _ in range(3):
+        mod(x)
+    assert storage_allocations(lambda: mod(x)) == 5  # the returned tanh, once per call
+    plain = sr.StaticModule(script(CHAIN), options=sr.StaticModuleOptions(optimize_memory=False))
+    plain(x)
+    assert storage_allocations(lambda: plain(x)) == 15
+
+
+def test_first_call_records_then_plans():
+    mod = sr.StaticModule(script(CHAIN), options=VERIFY)
+    with pytest.raises(RuntimeError, match="no memory plan yet"):
+        mod.memory_plan()
+    mod(torch.randn(8, 8))
+    plan = mod.memory_plan()
+    assert len(plan) == 2
+    # exp and sigmoid are live at once: both need room, so the arena is their sum.
+    assert plan.arena_bytes == plan.lower_bound_bytes == 2 * 8 * 8 * 4
+    plan.verify()
+    assert "arena" in plan.summary() and plan.timeline()
+
+
+def test_layouts_are_cached_per_signature_in_an_lru():
+    mod = sr.StaticModule(script(CHAIN), options=sr.StaticModuleOptions(plan_cache_size=2))
+    rt = mod.runtime()
+    for n in (2, 3, 2, 3, 2):
+        torch.testing.assert_close(rt(torch.ones(n)), torch.tanh(torch.sigmoid(torch.exp(
+            torch.ones(n)))))
+    assert (mod.layouts.misses, mod.layouts.hits) == (2, 3)
+    rt(torch.ones(4))  # evicts the least recently used (3)
+    rt(torch.ones(3))
+    assert mod.layouts.misses == 4 and len(mod.layouts) == 2
+
+
+def test_arena_grows_for_a_bigger_signature_and_is_reused_for_smaller():
+    mod = sr.StaticModule(script(CHAIN))
+    rt = mod.runtime()
+    rt(torch.randn(1000))
+    rt(torch.randn(1000))
+    big = rt._interp.arena
+    rt(torch.randn(10))
+    rt(torch.randn(10))
+    assert rt._interp.arena is big
+    rt(torch.randn(5000))
+    rt(torch.randn(5000))
+    assert rt._interp.arena.numel() > big.numel()
+
+
+def test_plan_ahead_from_example_inputs():
+    x = torch.randn(4, 16)
+    mod = sr.StaticModule(script(CHAIN), example_inputs=(x,))
+    assert mod.ahead_of_time_error is None
+    assert len(mod.memory_plan()) == 2
+    torch.testing.assert_close(mod(x), torch.tanh(torch.sigmoid(torch.exp(x))))
+    assert mod.layouts.misses == 1 and mod.layouts.hits == 1  # planned on meta, then used
+
+
+@pytest.mark.parametrize("name", ["mlp", "dlrm", "multi_head_attention", "resnet_small"])
+def test_plan_ahead_matches_first_call_plan(name):
+    spec = MODELS[name]
+    scripted = torch.jit.script(spec.build())
+    inputs = spec.example_inputs(2)
+    ahead = sr.StaticModule(scripted, example_inputs=inputs)
+    assert ahead.ahead_of_time_error is None
+    later = sr.StaticModule(scripted)
+    later(*inputs)
+    assert ahead.memory_plan().arena_bytes == later.memory_plan().arena_bytes
+    check(scripted, inputs, spec.example_inputs(3, seed=1),
+          options={"ahead": sr.StaticModuleOptions(verify_memory_plans=True)})
+
+
+def test_plan_ahead_is_declined_for_data_dependent_graphs():
+    src = """
+def f(x: torch.Tensor):
+    if bool(x.sum() > 0):
+        return torch.exp(x) * 2
+    return torch.sigmoid(x) * 2
+"""
+    mod = sr.StaticModule(script(src), example_inputs=(torch.randn(3),))
+    assert "meta" in mod.ahead_of_time_error
+    x = torch.randn(3)
+    torch.testing.assert_close(mod(x), script(src)(x))
+
+
+def test_plan_ahead_is_declined_for_object_state():
+    spec = MODELS["attribute_setter"]
+    mod = sr.StaticModule(torch.jit.script(spec.build()), example_inputs=spec.example_inputs(2))
+    assert "object state" in mod.ahead_of_time_error
+
+
+def test_values_sized_by_data_are_not_managed():
+    # masked_select's size depends on the data (PyTorch tags it dynamic_output_shape), and so
+    # does everything computed from it: the same signature gives other sizes each call.
+    src = """
+def f(x: torch.Tensor):
+    y = torch.exp(x)
+    z = torch.masked_select(y, x > 0)
+    w = torch.sigmoid(z)
+    return torch.tanh(y).sum() + w.sum()
+"""
+    mod = sr.StaticModule(script(src), options=VERIFY)
+    managed = {pn.kind for pn in mod.plan.nodes() if pn.managed}
+    assert "aten::exp" in managed
+    assert not managed & {"aten::masked_select", "aten::sigmoid"}
+    ref = script(src)
+    for x in (torch.linspace(-1, 1, 16), torch.ones(16), -torch.ones(16), torch.ones(16)):
+        torch.testing.assert_close(mod(x), ref(x))
+
+
+def test_a_managed_value_that_outgrows_its_plan_is_allocated_instead():
+    # The size comes through int(tensor), which has no tag: the runtime finds out when
+    # PyTorch refuses to grow the arena tensor, and allocates that value from then on.
+    src = """
+def f(x: torch.Tensor):
+    n = int(x.sum())
+    y = torch.exp(torch.arange(n).float())
+    return torch.sigmoid(y).sum() + y.sum()
+"""
+    mod = sr.StaticModule(script(src), options=VERIFY)
+    rt = mod.runtime()
+    ref = script(src)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for k in (2, 6, 3, 6):
+            x = torch.full((4,), float(k))  # same signature, sizes 8, 24, 12, 24
+            torch.testing.assert_close(rt(x), ref(x))
+    assert rt._interp.unkept  # demoted after the refused resize
+
+
+def test_unplanned_bytes_are_reported():
+    spec = MODELS["multi_head_attention"]
+    mod = sr.StaticModule(torch.jit.script(spec.build()))
+    mod(*spec.example_inputs(2))
+    plan = mod.memory_plan()
+    assert plan.unplanned_bytes > 0 and "unplanned" in plan.summary()
+
+
+@pytest.mark.parametrize("planner", ["best", "greedy_by_size", "storage_groups"])
+def test_every_planner_gives_the_same_results(planner):
+    spec = MODELS["resnet_small"]
+    opts = sr.StaticModuleOptions(memory_planner=planner, verify_memory_plans=True)
+    check(torch.jit.script(spec.build()), spec.example_inputs(1), spec.example_inputs(2, seed=1),
+          options={planner: opts})
+
+
+def test_memory_plan_plot(tmp_path):
+    import matplotlib.image
+
+    spec = MODELS["resnet_small"]
+    mod = sr.StaticModule(torch.jit.script(spec.build()), example_inputs=spec.example_inputs(1))
+    path = tmp_path / "arena.png"
+    mod.memory_plan().plot(path)
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(path)
+    assert image.shape[0] > 200 and image.shape[1] > 300
