@@ -27,6 +27,7 @@ from static_runtime.memory.planner import (
     DEFAULT_ALIGNMENT,
     MemoryPlan,
     TensorRequest,
+    align,
     plan_best,
     plan_greedy_by_size,
     plan_storage_groups,
@@ -57,6 +58,9 @@ class ArenaLayout:
     specs: tuple[TensorSpec, ...]
     #: managed slots not placed in the arena for this signature (allocated each call)
     unmanaged: frozenset[int]
+    #: managed outputs, laid end to end in the output arena (they outlive the call)
+    outputs: tuple[TensorSpec, ...] = ()
+    output_bytes: int = 0
 
     @property
     def arena_bytes(self) -> int:
@@ -117,7 +121,17 @@ def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observ
         TensorSpec(names[p.request.name], p.request.name, *dims[names[p.request.name]],
                    p.offset, p.request.size)
         for p in plan.placements)
-    return ArenaLayout(plan, specs, frozenset(unmanaged))
+    outputs, offset = [], 0
+    for v in lifetimes.outputs:
+        slot = slot_of[v]
+        obs = observed.get(slot)
+        if obs is None or not obs.fits:
+            unmanaged.add(slot)
+            continue
+        nbytes = math.prod(obs.shape) * _element_size(obs.dtype)
+        outputs.append(TensorSpec(slot, v.name, obs.dtype, obs.shape, offset, nbytes))
+        offset += align(nbytes, alignment)
+    return ArenaLayout(plan, specs, frozenset(unmanaged), tuple(outputs), offset)
 
 
 def _element_size(dtype: torch.dtype) -> int:
@@ -129,16 +143,21 @@ def allocate_arena(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes + DEFAULT_ALIGNMENT, dtype=torch.uint8)
 
 
-def materialize(layout: ArenaLayout, arena: torch.Tensor) -> dict[int, torch.Tensor]:
-    """One tensor per placed value, over ``arena`` (which must outlive them: the tensors do
-    not own their memory)."""
-    if arena.numel() < layout.arena_bytes + DEFAULT_ALIGNMENT:
+def aligned_start(arena: torch.Tensor) -> int:
+    """Byte offset of the first aligned address in ``arena``."""
+    return (-arena.data_ptr()) % DEFAULT_ALIGNMENT
+
+
+def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor) -> dict[int, torch.Tensor]:
+    """One tensor per spec, over ``arena`` (which must outlive them: the tensors do not own
+    their memory)."""
+    need = max((s.offset + s.nbytes for s in specs), default=0)
+    if arena.numel() < need + DEFAULT_ALIGNMENT:
         raise ValueError("arena too small for the layout")
-    base = arena.data_ptr()
-    base += (-base) % DEFAULT_ALIGNMENT
+    base = arena.data_ptr() + aligned_start(arena)
     cpu = torch.device("cpu")
     tensors: dict[int, torch.Tensor] = {}
-    for spec in layout.specs:
+    for spec in specs:
         storage = torch._C._construct_storage_from_data_pointer(
             base + spec.offset, cpu, spec.nbytes)
         t = torch.empty(0, dtype=spec.dtype).set_(
@@ -153,3 +172,9 @@ def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(d, 1)
     return tuple(reversed(strides))
+
+
+def owning_view(arena: torch.Tensor, spec: TensorSpec) -> torch.Tensor:
+    """The bytes of ``spec`` as a tensor that keeps ``arena`` alive (a slice of it)."""
+    start = aligned_start(arena) + spec.offset
+    return arena[start:start + spec.nbytes].view(spec.dtype).view(spec.shape)

@@ -38,10 +38,12 @@ class Lifetime:
 
 @dataclass(frozen=True)
 class Lifetimes:
-    """The managed values of a graph and when each is live (inclusive step interval)."""
+    """The managed values of a graph and when each is live (inclusive step interval), and
+    the outputs that come from the output arena (``manage_output_tensors``)."""
 
     steps: int
     managed: tuple[Lifetime, ...]
+    outputs: tuple[Value, ...] = ()
 
     def by_value(self) -> dict[Value, Lifetime]:
         return {lt.value: lt for lt in self.managed}
@@ -68,9 +70,11 @@ def _step_of_use(node: Node, steps: dict[Node, int], last: int) -> int:
 
 
 def analyze(graph: Graph, is_out_variant: Callable[[Node], bool],
-            alias_db: AliasDb | None = None) -> Lifetimes:
-    """Managed values of the top-level block and their lifetimes."""
+            alias_db: AliasDb | None = None, *, manage_outputs: bool = False) -> Lifetimes:
+    """Managed values of the top-level block and their lifetimes; with ``manage_outputs``,
+    also the outputs that may come from the output arena (``managed_outputs``)."""
     db = alias_db if alias_db is not None else AliasDb(graph)
+    outputs = managed_outputs(graph, is_out_variant, db) if manage_outputs else ()
     steps = top_level_steps(graph)
     last = max(steps.values(), default=0)
 
@@ -86,7 +90,7 @@ def analyze(graph: Graph, is_out_variant: Callable[[Node], bool],
             continue
         candidates.append(v)
     if not candidates:
-        return Lifetimes(len(steps), ())
+        return Lifetimes(len(steps), (), outputs)
 
     # Everything that may alias or hold a candidate extends its life: collect, per alias
     # class, the last step any value reaching that class is used (or defined) at.
@@ -106,7 +110,35 @@ def analyze(graph: Graph, is_out_variant: Callable[[Node], bool],
         start = steps[v.node]
         end = max(start, last_use_of_class.get(db.class_id(v), start))
         managed.append(Lifetime(v, start, end))
-    return Lifetimes(len(steps), tuple(managed))
+    return Lifetimes(len(steps), tuple(managed), outputs)
+
+
+def managed_outputs(graph: Graph, is_out_variant: Callable[[Node], bool],
+                    db: AliasDb) -> tuple[Value, ...]:
+    """Outputs that can be written into the output arena: tensors produced by top-level
+    out-variant nodes and returned as they are (or as elements of the returned tuple),
+    aliased by nothing else (a view of one would point outside the arena the caller's
+    references are counted on), not from outside, and not sized by data."""
+    steps = top_level_steps(graph)
+    returned: list[Value] = []
+    for v in graph.outputs:
+        if v.node.kind == "prim::TupleConstruct" and v.node in steps:
+            returned.extend(v.node.inputs)
+        else:
+            returned.append(v)
+    dynamic = data_dependent_sizes(graph)
+
+    def fresh(v: Value) -> bool:
+        node = v.node
+        return (node in steps and len(node.outputs) == 1 and is_out_variant(node)
+                and isinstance(v.type, T.TensorType) and v not in dynamic
+                and not db.may_alias_graph_input(v))
+
+    candidates = [v for v in dict.fromkeys(returned) if fresh(v)]
+    # Returned together in one tuple, fresh tensors share an alias class (the tuple's
+    # contents) without sharing memory; anything else in the class may be a view.
+    allowed = set(candidates)
+    return tuple(v for v in candidates if all(w in allowed for w in db.alias_set(v)))
 
 
 def _note_value(value: Value, db: AliasDb, wanted: set, steps: dict[Node, int], last: int,
@@ -138,8 +170,11 @@ def data_dependent_sizes(graph: Graph) -> set[Value]:
     def visit(block) -> bool:
         any_tainted = False
         for node in block.nodes:
-            inner = any([visit(b) for b in node.blocks])
-            seeded = node.schema is not None and bool(S.tags(node.schema) & S.DATA_DEPENDENT_TAGS)
+            inner = False
+            for b in node.blocks:  # every block, no short cut: each taints its own nodes
+                inner = visit(b) or inner
+            seeded = node.schema is not None and bool(
+                S.tags(node.schema) & S.DATA_DEPENDENT_TAGS)
             if seeded or inner or any(v in tainted for v in node.inputs):
                 tainted.update(node.outputs)
                 any_tainted = True

@@ -18,9 +18,11 @@ from static_runtime.memory.arena import (
     build_layout,
     materialize,
     observe,
+    owning_view,
 )
 from static_runtime.memory.cache import LayoutCache, signature
 from static_runtime.memory.lifetimes import Lifetimes
+from static_runtime.memory.planner import DEFAULT_ALIGNMENT
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
 
 
@@ -52,8 +54,14 @@ class Interpreter:
         self.unkept: set[int] = set()
         self.layout: ArenaLayout | None = None
         self.arena: torch.Tensor | None = None
+        #: managed outputs (``manage_output_tensors``): their arena, and how many references
+        #: to its storage this runtime holds itself (more means the caller still holds some)
+        self.output_arena: torch.Tensor | None = None
+        self._output_baseline = 0
+        self.outputs_released = True
         self._key: tuple | None = None
         self._recording = False
+        self._managed = plan.managed_slots + plan.output_slots
 
     # -- one call
     def run(self, inputs: list[Any]) -> list[Any]:
@@ -66,7 +74,9 @@ class Interpreter:
 
     def begin(self, inputs: list[Any]) -> None:
         """Put the inputs in their slots, and the managed memory for their signature."""
-        if self.memory is not None and self.plan.managed_slots:
+        if self.memory is not None and self._managed:
+            if self.output_arena is not None and not self.outputs_released:
+                self._check_outputs_dropped()
             key = signature(inputs)
             if key != self._key:
                 self._switch(key)
@@ -82,7 +92,42 @@ class Interpreter:
             outputs[i] = copy_containers(outputs[i])
         if self._recording:
             self._finish_recording(inputs)
+        elif self.layout is not None and self.layout.outputs:
+            outputs = self._hand_out(outputs)
         return outputs
+
+    # -- managed outputs
+    def _hand_out(self, outputs: list[Any]) -> list[Any]:
+        """Replace the output arena's working tensors by owning views of the same bytes.
+
+        The working tensors cannot grow past their region (safe writes) but do not own
+        their memory; what the caller gets is a slice of the output arena, which keeps it
+        alive and lets ``_check_outputs_dropped`` count the caller's references."""
+        values, arena = self.values, self.output_arena
+        swap = {}
+        for spec in self.layout.outputs:
+            work = values[spec.slot]
+            if work is not None and spec.slot not in self.unkept:
+                swap[id(work)] = owning_view(arena, spec)
+        if not swap:
+            return outputs
+        self.outputs_released = False
+        # (A module-level helper, not a recursive closure: the closure's reference cycle
+        # would keep the views alive until the garbage collector ran.)
+        return [_substitute(x, swap) for x in outputs]
+
+    def _check_outputs_dropped(self) -> None:
+        if _storage_use_count(self.output_arena) > self._output_baseline:
+            raise RuntimeError(
+                "the outputs of the previous call are still referenced: with "
+                "manage_output_tensors=True they live in a buffer the next call overwrites. "
+                "Drop them (and any views of them), or call release_outputs() to let the "
+                "next call overwrite them.")
+        self.outputs_released = True
+
+    def release_outputs(self) -> None:
+        """Let the next call overwrite the previous call's managed outputs."""
+        self.outputs_released = True
 
     def clear(self) -> None:
         """Drop every value but constants and arena tensors."""
@@ -102,9 +147,9 @@ class Interpreter:
         # A signature never seen: this call allocates, and its sizes make the plan.
         self._recording = True
         self.layout = None
-        for s in self.plan.managed_slots:
+        for s in self._managed:
             self.values[s] = None
-        self.unkept = set(self.plan.managed_slots)
+        self.unkept = set(self._managed)
 
     def _finish_recording(self, inputs: list[Any]) -> None:
         self.install(self.record_layout(inputs))
@@ -113,11 +158,11 @@ class Interpreter:
         """Plan the arena from the values a recording call left, and cache the layout."""
         memory, values = self.memory, self.values
         observed = {}
-        for s in self.plan.managed_slots:
+        for s in self._managed:
             obs = observe(values[s], inputs)
             if obs is not None:
                 observed[s] = obs
-        managed = set(self.plan.managed_slots)
+        managed = set(self._managed)
         seen: set[int] = set()
         unplanned = 0
         for s in self.plan.transient_slots:
@@ -136,10 +181,18 @@ class Interpreter:
 
     def install(self, layout: ArenaLayout) -> None:
         """Make ``layout`` current: managed slots hold tensors over this runtime's arena."""
-        if self.arena is None or self.arena.numel() < layout.arena_bytes + 64:
+        if self.arena is None or self.arena.numel() < layout.arena_bytes + DEFAULT_ALIGNMENT:
             self.arena = allocate_arena(layout.arena_bytes)
-        tensors = materialize(layout, self.arena)
-        for s in self.plan.managed_slots:
+        tensors = materialize(layout.specs, self.arena)
+        if layout.outputs:
+            if (self.output_arena is None
+                    or self.output_arena.numel() < layout.output_bytes + DEFAULT_ALIGNMENT):
+                if self.output_arena is not None and not self.outputs_released:
+                    self._check_outputs_dropped()
+                self.output_arena = allocate_arena(layout.output_bytes)
+                self._output_baseline = _storage_use_count(self.output_arena)
+            tensors.update(materialize(layout.outputs, self.output_arena))
+        for s in self._managed:
             self.values[s] = tensors.get(s)
         self.unkept = set(layout.unmanaged)
         self.layout = layout
@@ -216,6 +269,19 @@ class Interpreter:
             i += 1
         for o, x in zip(pn.outputs, carried):
             values[o] = x
+
+
+def _substitute(x: Any, swap: dict[int, torch.Tensor]) -> Any:
+    if isinstance(x, torch.Tensor):
+        return swap.get(id(x), x)
+    if isinstance(x, tuple):
+        return tuple(_substitute(e, swap) for e in x)
+    return x
+
+
+def _storage_use_count(t: torch.Tensor) -> int:
+    """References to ``t``'s storage (tensors and views over it), PyTorch's own count."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
 
 def _is_refused_resize(e: RuntimeError) -> bool:

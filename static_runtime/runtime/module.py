@@ -59,9 +59,11 @@ class StaticModule:
         manage = self.options.enable_out_variant and self.options.optimize_memory
         self.lifetimes = Lifetimes(0, ())
 
-        def managed_values(is_out_variant) -> set:
-            self.lifetimes = analyze_lifetimes(self.graph, is_out_variant)
-            return {lt.value for lt in self.lifetimes.managed}
+        def managed_values(is_out_variant) -> tuple[set, set]:
+            self.lifetimes = analyze_lifetimes(
+                self.graph, is_out_variant,
+                manage_outputs=self.options.manage_output_tensors)
+            return {lt.value for lt in self.lifetimes.managed}, set(self.lifetimes.outputs)
 
         self.plan: ExecutionPlan = build_plan(
             self.graph, enable_out_variant=self.options.enable_out_variant,
@@ -188,6 +190,13 @@ class StaticRuntime:
 
     def run(self, args: tuple = (), kwargs: dict | None = None) -> Any:
         return self(*args, **(kwargs or {}))
+
+    def release_outputs(self) -> None:
+        """With ``manage_output_tensors``: let the next call overwrite the outputs of the
+        previous one even if they are still referenced (the caller is done with them)."""
+        self._interp.release_outputs()
+
+    deallocate_output_tensors = release_outputs
 
 
 def _split_example(example_inputs: Any) -> tuple[tuple, dict]:

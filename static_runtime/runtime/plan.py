@@ -63,8 +63,10 @@ class ExecutionPlan:
     constants: dict[int, Any]
     #: slots cleared after each run (everything but constants and managed values)
     transient_slots: tuple[int, ...]
-    #: slots of managed values (arena tensors, kept between runs)
+    #: slots of managed intermediates (arena tensors, kept between runs)
     managed_slots: tuple[int, ...]
+    #: slots of managed outputs (written into the output arena; ``manage_output_tensors``)
+    output_slots: tuple[int, ...]
     #: indices of graph outputs that may be containers outliving the call (copied on return)
     copied_outputs: tuple[int, ...]
     slot_of: dict[Value, int]
@@ -84,12 +86,13 @@ class ExecutionPlan:
 
 
 def build_plan(graph: Graph, *, enable_out_variant: bool,
-               reusable: Callable[[Callable[[Node], bool]], set[Value]] | None,
+               reusable: Callable[[Callable[[Node], bool]], tuple[set[Value], set[Value]]]
+               | None,
                copied_outputs: tuple[int, ...] = ()) -> ExecutionPlan:
     """Select an implementation for every node and lay the values out in slots.
 
-    ``reusable`` is given the out-variant predicate and returns the managed values (None:
-    manage nothing). Raises ``UnsupportedOperatorError`` for the
+    ``reusable`` is given the out-variant predicate and returns the managed intermediates
+    and the managed outputs (None: manage nothing). Raises ``UnsupportedOperatorError`` for the
     first node nothing can run.
     """
     slot_of: dict[Value, int] = {}
@@ -113,9 +116,11 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
             continue
         impls[node] = select(node, enable_out_variant=enable_out_variant)
 
-    reused: set[Value] = set()
+    intermediates: set[Value] = set()
+    outputs: set[Value] = set()
     if reusable is not None and enable_out_variant:
-        reused = reusable(lambda n: n in impls and impls[n].tier is Tier.OUT)
+        intermediates, outputs = reusable(lambda n: n in impls and impls[n].tier is Tier.OUT)
+    reused = intermediates | outputs
 
     def process_block(block: Block) -> ProcessedBlock:
         inputs = tuple(slot(v) for v in block.inputs)
@@ -138,11 +143,12 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
         return ProcessedBlock(inputs, outputs, tuple(nodes))
 
     top = process_block(graph.block)
-    managed_slots = tuple(sorted(slot_of[v] for v in reused))
-    keep = set(constants) | set(managed_slots)
+    managed_slots = tuple(sorted(slot_of[v] for v in intermediates))
+    output_slots = tuple(sorted(slot_of[v] for v in outputs))
+    keep = set(constants) | set(managed_slots) | set(output_slots)
     transient = tuple(s for s in range(len(slot_of)) if s not in keep)
     return ExecutionPlan(graph, top, len(slot_of), constants, transient, managed_slots,
-                         copied_outputs, slot_of)
+                         output_slots, copied_outputs, slot_of)
 
 
 def may_hold_list_or_dict(t: T.Type) -> bool:

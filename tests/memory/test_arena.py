@@ -5,9 +5,9 @@ import warnings
 
 import pytest
 import torch
+from differential import check, script
 
 import static_runtime as sr
-from differential import check, script
 from static_runtime.models import MODELS
 
 CHAIN = """
