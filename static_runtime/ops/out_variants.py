@@ -79,3 +79,20 @@ def _var_stack(node: Node) -> OutPair:
         return stack(a[:-1], a[-1], out=out)
 
     return fn, out_fn
+
+
+@register_out_variant("aten::relu")
+def _relu(node: Node) -> OutPair | None:
+    """``relu.out`` is only ATen's generated wrapper (it allocates and copies), but
+    ``clamp_min(x, 0)`` is the same function with a real out kernel: NaN stays NaN, integer
+    dtypes work alike, and the functional form (first, recording call) is ``relu`` itself,
+    so inputs ``relu`` refuses (bool) are refused the same way."""
+    if node.schema != "aten::relu(Tensor self) -> Tensor":
+        return None
+    clamp_min = torch.clamp_min
+
+    @labelled("torch.clamp_min(x, 0, out=) for relu")
+    def out_fn(out, x):
+        return clamp_min(x, 0, out=out)
+
+    return labelled("torch.relu")(torch.relu), out_fn

@@ -21,7 +21,7 @@ from static_runtime.ir.verifier import verify
 from static_runtime.memory.cache import LayoutCache
 from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.lifetimes import analyze as analyze_lifetimes
-from static_runtime.memory.planner import MemoryPlan
+from static_runtime.memory.planner import MemoryPlan, plan_best
 from static_runtime.ops.registry import Tier
 from static_runtime.passes.pipeline import run_passes
 from static_runtime.runtime import metrics
@@ -91,6 +91,9 @@ class StaticModule:
     def memory_plan(self) -> MemoryPlan:
         """The memory plan of the most recently planned input signature."""
         layout = self.layouts.most_recent()
+        if layout is None and self._memory is not None and not (
+                self.plan.managed_slots or self.plan.output_slots):
+            return plan_best([])  # nothing to manage: an empty arena
         if layout is None:
             if self._memory is None:
                 raise RuntimeError("memory planning is off (optimize_memory or "
