@@ -67,6 +67,7 @@ def worker(model: str, runtime: str, batch: int, calls: int) -> dict:
 
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
+    rss_at_start = _rss_bytes()  # torch imported, nothing built yet
     spec = MODELS[model]
     module = spec.build()
     inputs = spec.example_inputs(batch)
@@ -93,14 +94,15 @@ def worker(model: str, runtime: str, batch: int, calls: int) -> dict:
         fn = lambda: rt(*inputs)  # noqa: E731
     for _ in range(20):  # warm up: plans made, caches filled
         fn()
-    rss_before = _rss_bytes()
     faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     for _ in range(calls):
         fn()
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults_before
     result["minor_faults_per_call"] = faults / calls
-    result["peak_rss_growth_bytes"] = max(
-        0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before)
+    # Peak over the whole run (building, preparing, warming up, steady state) above the
+    # RSS the process had before the model existed.
+    result["peak_rss_bytes"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+                                - rss_at_start)
     if runtime == "static_runtime":
         plan = mod.memory_plan()
         result.update(arena_bytes=plan.arena_bytes, lower_bound_bytes=plan.lower_bound_bytes,
@@ -151,10 +153,11 @@ def main(models: str, batch: int, calls: int, worker: str | None, json_out: str)
                         "page faults are minor faults per call")
     for col in ("model", "arena", "lower bound", "arena / LB", "C++ SR managed",
                 "faults eager", "faults TS", "faults C++ SR", "faults ours",
-                "peak RSS growth ours", "peak RSS growth C++ SR"):
+                "peak RSS eager", "peak RSS TS", "peak RSS C++ SR", "peak RSS ours"):
         table.add_column(col, justify="right")
     by = {(r["model"], r["runtime"]): r for r in rows}
     kib = lambda n: "—" if n is None else f"{n / 1024:.1f} KiB"  # noqa: E731
+    mib = lambda n: "—" if n is None else f"{n / 2**20:.1f} MiB"  # noqa: E731
     for model in models.split(","):
         ours = by[(model, "static_runtime")]
         cpp = by[(model, "pytorch_static_runtime")]
@@ -166,8 +169,7 @@ def main(models: str, batch: int, calls: int, worker: str | None, json_out: str)
             ("refused" if "error" in cpp else "n/a" if cpp.get("cpp_managed_bytes") is None
              else kib(cpp["cpp_managed_bytes"])),
             *[("—" if f is None else f"{f:.2f}") for f in faults],
-            kib(ours.get("peak_rss_growth_bytes")),
-            kib(cpp.get("peak_rss_growth_bytes")) if "error" not in cpp else "refused")
+            *[mib(by[(model, r)].get("peak_rss_bytes")) for r in RUNTIMES])
     console = Console(width=180)
     console.print(table)
     for r in rows:
