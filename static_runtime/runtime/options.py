@@ -18,6 +18,12 @@ class StaticModuleOptions:
     enable_out_variant: bool = True
     #: Reuse intermediate tensors' memory between runs (needs ``enable_out_variant``).
     optimize_memory: bool = True
+    #: "codegen" (generated straight-line Python, the default) or "interpreter" (the
+    #: reference node loop).
+    executor: str = "codegen"
+    #: Call operators through their fastest Python binding (``torch._C._VariableFunctions``,
+    #: ``torch._C._nn``, Tensor methods) instead of ``torch.ops`` overload objects.
+    fast_bindings: bool = True
     #: Also manage output tensors (issue 3; the default keeps outputs owned by the caller).
     manage_output_tensors: bool = False
 
@@ -51,6 +57,9 @@ class StaticModuleOptions:
                                 f"got {type(value).__name__}")
         if self.plan_cache_size < 1:
             raise ValueError("StaticModuleOptions.plan_cache_size must be at least 1")
+        if self.executor not in ("codegen", "interpreter"):
+            raise ValueError(f"StaticModuleOptions.executor must be 'codegen' or 'interpreter', "
+                             f"got {self.executor!r}")
         if self.memory_planner not in ("best", "greedy_by_size", "storage_groups"):
             raise ValueError(f"StaticModuleOptions.memory_planner must be 'best', "
                              f"'greedy_by_size' or 'storage_groups', got {self.memory_planner!r}")

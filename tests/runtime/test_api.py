@@ -89,6 +89,8 @@ def test_option_values_must_be_in_range():
         sr.StaticModuleOptions(plan_cache_size=0)
     with pytest.raises(ValueError, match="memory_planner"):
         sr.StaticModuleOptions(memory_planner="first_fit")
+    with pytest.raises(ValueError, match="executor"):
+        sr.StaticModuleOptions(executor="jit")
 
 
 def test_unknown_option_is_refused():
