@@ -22,12 +22,13 @@ import torch
 
 import static_runtime as sr
 
-#: Option sets every case runs under: everything on (the defaults, plus verifying every
-#: memory plan), and a minimal pipeline (no passes, no out variants, no arena) so both paths
-#: are exercised.
+#: Option sets every case runs under: everything on (the defaults — generated code —, plus
+#: verifying every memory plan), and a minimal pipeline on the reference interpreter (no
+#: passes, no out variants, no arena), so both executors and both paths are exercised.
 OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
     "default": sr.StaticModuleOptions(verify_memory_plans=True),
     "plain": sr.StaticModuleOptions(
+        executor="interpreter",
         enable_out_variant=False, optimize_memory=False, constant_propagation=False,
         remove_noops=False, variadic_cat_stack=False, merge_tuple_unpacks=False,
         specialize_alpha=False, functionalize=False, eliminate_dead_code=False),

@@ -74,20 +74,28 @@ class Interpreter:
 
     def begin(self, inputs: list[Any]) -> None:
         """Put the inputs in their slots, and the managed memory for their signature."""
+        self.prepare(inputs)
+        values = self.values
+        for slot, x in zip(self.plan.block.inputs, inputs):
+            values[slot] = x
+
+    def prepare(self, inputs: list[Any]) -> None:
+        """Make the managed memory for ``inputs``' signature current (or start recording)."""
         if self.memory is not None and self._managed:
             if self.output_arena is not None and not self.outputs_released:
                 self._check_outputs_dropped()
             key = signature(inputs)
             if key != self._key:
                 self._switch(key)
-        values = self.values
-        for slot, x in zip(self.plan.block.inputs, inputs):
-            values[slot] = x
 
     def end(self, inputs: list[Any]) -> list[Any]:
         """The call's outputs (after planning memory, if this call was a recording)."""
-        values, plan = self.values, self.plan
-        outputs = [values[s] for s in plan.block.outputs]
+        return self.finish([self.values[s] for s in self.plan.block.outputs], inputs)
+
+    def finish(self, outputs: list[Any], inputs: list[Any]) -> list[Any]:
+        """Outputs as the caller gets them: containers copied, managed outputs handed out;
+        plans the arena if this call was a recording."""
+        plan = self.plan
         for i in plan.copied_outputs:
             outputs[i] = copy_containers(outputs[i])
         if self._recording:
@@ -284,7 +292,7 @@ def _storage_use_count(t: torch.Tensor) -> int:
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
 
-def _is_refused_resize(e: RuntimeError) -> bool:
+def _is_refused_resize(e: BaseException) -> bool:
     return "not resizable" in str(e)
 
 

@@ -8,6 +8,7 @@ runtime from a pool, so a module may be called from many threads at once.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from static_runtime.passes.pipeline import run_passes
 from static_runtime.runtime import metrics
 from static_runtime.runtime.ahead import plan_ahead
 from static_runtime.runtime.binding import Binder
+from static_runtime.runtime.codegen import CodeCache, CodegenExecutor
 from static_runtime.runtime.interpreter import Interpreter, MemoryConfig
 from static_runtime.runtime.options import StaticModuleOptions
 from static_runtime.runtime.plan import Control, ExecutionPlan, build_plan, may_hold_list_or_dict
@@ -71,6 +73,7 @@ class StaticModule:
             copied_outputs=tuple(i for i, v in enumerate(self.graph.outputs)
                                  if may_hold_list_or_dict(v.type)))
         self.layouts = LayoutCache(self.options.plan_cache_size)
+        self._codes = CodeCache(self.plan, _describe_model(model))
         self._memory = MemoryConfig(self.lifetimes, self.layouts, self.options.memory_planner,
                                     self.options.verify_memory_plans) if manage else None
         self.binder = Binder(self.graph)
@@ -85,8 +88,19 @@ class StaticModule:
             self.ahead_of_time_error = plan_ahead(self, self.binder.bind(args, kwargs))
 
     def new_interpreter(self) -> Interpreter:
-        """Fresh per-runtime executor state."""
+        """Fresh per-runtime executor state, for the executor the options chose."""
+        if self.options.executor == "codegen":
+            return CodegenExecutor(self.plan, self._memory, self._codes)
         return Interpreter(self.plan, self._memory)
+
+    @property
+    def code(self) -> str:
+        """The generated Python source of the executor (for the most recent memory layout;
+        before any call, for running with no arena)."""
+        latest = self._codes.latest
+        if latest is None:
+            latest = self._codes.get(frozenset(), None)
+        return latest.source
 
     def memory_plan(self) -> MemoryPlan:
         """The memory plan of the most recently planned input signature."""
@@ -212,3 +226,13 @@ def _split_example(example_inputs: Any) -> tuple[tuple, dict]:
     if isinstance(example_inputs, list):
         return tuple(example_inputs), {}
     return (example_inputs,), {}
+
+
+def _describe_model(model: Any) -> str:
+    if isinstance(model, torch.jit.ScriptModule):
+        return f"TorchScript module {model.original_name}"
+    if isinstance(model, torch.jit.ScriptFunction):
+        return f"TorchScript function {model.name}"
+    if isinstance(model, (str, os.PathLike)):
+        return f"TorchScript archive {os.fspath(model)}"
+    return type(model).__name__

@@ -1,0 +1,420 @@
+"""The generated-code executor: a prepared, planned graph as one straight-line Python function.
+
+Per node the reference interpreter pays for a loop iteration, a list of argument slots, a
+branch on the node's kind and stores into a value array. Here each node is one line of
+Python: locals instead of the value array, every operator a pre-bound callable in the
+function's globals, constants inlined (literals) or bound as globals, arena tensors as
+closure variables, ``if``/``while`` for control flow, and intermediates released
+(``del``) after their last use unless they live in the arena.
+
+Hygiene, as torch.fx's code generation does it: names come from one namespace (legal,
+unique, no keywords), captured objects go in an explicit globals dict, a header says what
+produced the code, and ``line_to_node`` maps every generated line back to its IR node so an
+exception names the node and its source line. The source is registered with ``linecache``
+so tracebacks show it.
+
+The code depends on the arena layout (which managed values live in the arena for the
+current input signature), so it is generated per layout and cached by the module; each
+runtime binds it to its own arena tensors by calling the generated factory.
+"""
+
+from __future__ import annotations
+
+import builtins
+import itertools
+import keyword
+import linecache
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from static_runtime.ir.graph import Value
+from static_runtime.runtime.interpreter import (
+    Interpreter,
+    MemoryConfig,
+    _is_refused_resize,
+    annotate,
+)
+from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
+
+_counter = itertools.count()
+
+#: Natives whose work is a Python expression: emitted inline instead of called.
+_INLINE = {
+    "prim::ListConstruct", "prim::TupleConstruct", "prim::TupleUnpack", "prim::ListUnpack",
+    "prim::unchecked_cast", "aten::__is__", "aten::__isnot__", "aten::__not__",
+}
+
+
+@dataclass
+class GeneratedCode:
+    """The source of one generated function, its factory and the map back to the IR."""
+
+    source: str
+    factory: Callable[..., Callable[..., list[Any]]]
+    filename: str
+    #: generated line → the node it runs, then the control-flow nodes around it (inner first)
+    line_to_node: dict[int, tuple[ProcessedNode, ...]] = field(default_factory=dict)
+    #: slots the factory takes as arena tensors, in argument order
+    arena_slots: tuple[int, ...] = ()
+
+    def nodes_at(self, lineno: int) -> tuple[ProcessedNode, ...]:
+        return self.line_to_node.get(lineno, ())
+
+
+class _Names:
+    """One namespace for every name in the generated code."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set(dir(builtins)) | set(keyword.kwlist)
+
+    def fresh(self, hint: str) -> str:
+        base = re.sub(r"\W", "_", hint) or "v"
+        if base[0].isdigit():
+            base = f"v{base}"
+        name = base
+        k = 1
+        while name in self.used:
+            name = f"{base}_{k}"
+            k += 1
+        self.used.add(name)
+        return name
+
+
+def _literal(value: Any) -> str | None:
+    """Python source for a constant that can be inlined, or None."""
+    if value is None or isinstance(value, bool):
+        return repr(value)
+    if isinstance(value, int):
+        return repr(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value)
+    return None
+
+
+class _Emitter:
+    def __init__(self, plan: ExecutionPlan, arena: frozenset[int], title: str):
+        self.plan = plan
+        self.arena = arena  # managed slots whose tensors live in the arena for this layout
+        self.title = title
+        self.names = _Names()
+        self.names.used.update({"_refused"})
+        self.globals: dict[str, Any] = {}
+        self.lines: list[str] = []
+        self.line_nodes: dict[int, tuple[ProcessedNode, ...]] = {}
+        self.stack: list[ProcessedNode] = []  # enclosing control-flow nodes
+        self.expr: dict[int, str] = {}  # slot → expression that reads it
+        value_of = {slot: value for value, slot in plan.slot_of.items()}
+        self.value_of: dict[int, Value] = value_of
+        for slot, const in plan.constants.items():
+            lit = _literal(const)
+            if lit is None:
+                lit = self.bind(const, f"c_{value_of[slot].name}")
+            self.expr[slot] = lit
+        self.arena_names = {s: self.names.fresh(f"m_{value_of[s].name}") for s in sorted(arena)}
+
+    # -- helpers
+    def bind(self, obj: Any, hint: str) -> str:
+        name = self.names.fresh(f"_{hint}")
+        self.globals[name] = obj
+        return name
+
+    def local(self, slot: int) -> str:
+        name = self.names.fresh(self.value_of[slot].name)
+        self.expr[slot] = name
+        return name
+
+    def emit(self, indent: int, text: str, node: ProcessedNode | None = None) -> None:
+        self.lines.append("    " * indent + text)
+        if node is not None:
+            chain = (node, *reversed(self.stack)) if self.stack[-1:] != [node] else \
+                tuple(reversed(self.stack))
+            self.line_nodes[len(self.lines)] = chain
+
+    def args(self, pn: ProcessedNode) -> str:
+        return ", ".join(self.expr[s] for s in pn.inputs)
+
+    # -- blocks
+    def block(self, block: ProcessedBlock, indent: int, top: bool = False) -> None:
+        last_use = _last_uses(block) if top else {}
+        for k, pn in enumerate(block.nodes):
+            self.node(pn, indent)
+            if top and k < len(block.nodes) - 1:  # after the last node, return releases all
+                dead = [s for s, at in last_use.items() if at == k]
+                names = [self.expr[s] for s in dead
+                         if s not in self.arena and s in self.top_defined]
+                if names:
+                    self.emit(indent, f"del {', '.join(names)}")
+                    for s in dead:
+                        self.top_defined.discard(s)
+
+    def node(self, pn: ProcessedNode, indent: int) -> None:
+        if pn.control is Control.IF:
+            return self.if_node(pn, indent)
+        if pn.control is Control.LOOP:
+            return self.loop_node(pn, indent)
+        kind = pn.kind
+        args = self.args(pn)
+        if kind in _INLINE:
+            return self.inline(pn, indent, args)
+        fn = self.bind(pn.fn, f"f_{kind.split('::')[-1]}")
+        outs = pn.outputs
+        if pn.managed and outs[0] in self.arena:
+            out_fn = self.bind(pn.out_fn, f"o_{kind.split('::')[-1]}")
+            m = self.arena_names[outs[0]]
+            target = self.local(outs[0])
+            self.emit(indent, "try:")
+            self.emit(indent + 1, f"{out_fn}({m}, {args})" if args else f"{out_fn}({m})", pn)
+            self.emit(indent + 1, f"{target} = {m}")
+            self.emit(indent, "except RuntimeError as e:")
+            self.emit(indent + 1, f"{target} = _refused(e, {outs[0]}, {fn}, {args})", pn)
+            self.defined.add(outs[0])
+            return
+        call = f"{fn}({args})"
+        if len(outs) == 1:
+            self.emit(indent, f"{self.local(outs[0])} = {call}", pn)
+        elif not outs:
+            self.emit(indent, call, pn)
+        else:
+            targets = [self.local(s) for s in outs]
+            self.emit(indent, f"{', '.join(targets)}, = {call}", pn)
+        self.defined.update(outs)
+
+    def inline(self, pn: ProcessedNode, indent: int, args: str) -> None:
+        kind, outs = pn.kind, pn.outputs
+        ins = [self.expr[s] for s in pn.inputs]
+        if kind == "prim::ListConstruct":
+            expr = f"[{args}]"
+        elif kind == "prim::TupleConstruct":
+            expr = f"({args},)" if args else "()"
+        elif kind == "prim::unchecked_cast":
+            expr = ins[0]
+        elif kind == "aten::__is__":
+            expr = f"{ins[0]} is {ins[1]}"
+        elif kind == "aten::__isnot__":
+            expr = f"{ins[0]} is not {ins[1]}"
+        elif kind == "aten::__not__":
+            expr = f"not {ins[0]}"
+        else:  # TupleUnpack / ListUnpack: Python's unpacking checks the length
+            targets = [self.local(s) for s in outs]
+            self.emit(indent, f"{', '.join(targets)}, = {ins[0]}" if targets else
+                      f"() = {ins[0]}", pn)
+            self.defined.update(outs)
+            return
+        self.emit(indent, f"{self.local(outs[0])} = {expr}", pn)
+        self.defined.update(outs)
+
+    def if_node(self, pn: ProcessedNode, indent: int) -> None:
+        targets = [self.local(s) for s in pn.outputs]
+        cond = self.expr[pn.inputs[0]]
+        self.emit(indent, f"if {cond}:", pn)
+        self.stack.append(pn)
+        for k, blk in enumerate(pn.blocks):
+            if k == 1:
+                self.emit(indent, "else:")
+            self.block(blk, indent + 1)
+            if targets:
+                values = ", ".join(self.expr[s] for s in blk.outputs)
+                self.emit(indent + 1, f"{', '.join(targets)}, = {values},")
+            elif not blk.nodes:
+                self.emit(indent + 1, "pass")
+        self.stack.pop()
+        self.defined.update(pn.outputs)
+
+    def loop_node(self, pn: ProcessedNode, indent: int) -> None:
+        body = pn.blocks[0]
+        trip, cond0, *init = [self.expr[s] for s in pn.inputs]
+        it = self.names.fresh("_it")
+        cond = self.names.fresh("_cond")
+        params = [self.local(s) for s in body.inputs[1:]]
+        self.expr[body.inputs[0]] = it
+        if params:
+            self.emit(indent, f"{', '.join(params)}, = {', '.join(init)},", pn)
+        # A for loop (condition constantly true) becomes a Python ``for``; anything else a
+        # ``while`` that also counts its trips, as prim::Loop's semantics say.
+        counted = cond0 == "True" and self._constant_true(body.outputs[0])
+        if counted:
+            self.emit(indent, f"for {it} in range({trip}):", pn)
+        else:
+            self.emit(indent, f"{it} = 0", pn)
+            self.emit(indent, f"{cond} = {cond0}")
+            self.emit(indent, f"while {cond} and {it} < {trip}:", pn)
+        self.stack.append(pn)
+        self.block(body, indent + 1)
+        self.stack.pop()
+        if not counted:
+            self.emit(indent + 1, f"{cond} = {self.expr[body.outputs[0]]}")
+        if params:
+            outs = ", ".join(self.expr[s] for s in body.outputs[1:])
+            self.emit(indent + 1, f"{', '.join(params)}, = {outs},")
+        if not counted:
+            self.emit(indent + 1, f"{it} += 1")
+        elif not body.nodes and not params:
+            self.emit(indent + 1, "pass")
+        if pn.outputs:
+            targets = [self.local(s) for s in pn.outputs]
+            self.emit(indent, f"{', '.join(targets)}, = {', '.join(params)},")
+        self.defined.update(pn.outputs)
+
+    def _constant_true(self, slot: int) -> bool:
+        return self.expr.get(slot) == "True"
+
+    # -- the whole function
+    def function(self) -> str:
+        self.defined: set[int] = set()
+        plan = self.plan
+        # Only values defined in the top-level block are released with ``del``: one defined
+        # in a branch may not exist when the branch was not taken.
+        self.top_defined: set[int] = set(plan.block.inputs)
+        for pn in plan.block.nodes:
+            self.top_defined.update(pn.outputs)
+        params = [self.local(s) for s in plan.block.inputs]
+        self.defined.update(plan.block.inputs)
+        header = [
+            f"# Generated by static_runtime for {self.title}.",
+            "# One line per IR node; globals hold the bound operators and constants,",
+            "# the factory's parameters the arena tensors of one memory layout.",
+            f"def _factory({', '.join([*self.arena_names.values(), '_refused'])}):",
+            f"    def run({', '.join(params)}):",
+        ]
+        self.lines = []
+        self.block(plan.block, 2, top=True)
+        outs = ", ".join(self.expr[s] for s in plan.block.outputs)
+        self.emit(2, f"return [{outs}]")
+        self.emit(1, "return run")
+        body_offset = len(header)
+        self.line_nodes = {line + body_offset: pn for line, pn in self.line_nodes.items()}
+        return "\n".join(header + self.lines) + "\n"
+
+
+def _last_uses(block: ProcessedBlock) -> dict[int, int]:
+    """For each slot read in ``block`` (or in blocks nested in it), the index of the last
+    top-level node that reads it; graph outputs are never released."""
+    last: dict[int, int] = {}
+
+    def reads(pn: ProcessedNode) -> set[int]:
+        out = set(pn.inputs)
+        for b in pn.blocks:
+            for inner in b.nodes:
+                out |= reads(inner)
+            out |= set(b.outputs)
+        return out
+
+    for k, pn in enumerate(block.nodes):
+        for s in reads(pn):
+            last[s] = k
+        for s in pn.outputs:
+            last.setdefault(s, k)
+    for s in block.outputs:
+        last.pop(s, None)
+    return last
+
+
+def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str) -> GeneratedCode:
+    """Generate, compile and return the code for ``plan`` with ``arena_slots`` in the arena."""
+    emitter = _Emitter(plan, arena_slots, title)
+    source = emitter.function()
+    filename = f"<static_runtime generated {next(_counter)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = dict(emitter.globals)
+    exec(compile(source, filename, "exec"), namespace)  # noqa: S102  (our own generated code)
+    return GeneratedCode(source, namespace["_factory"], filename, emitter.line_nodes,
+                         tuple(emitter.arena_names))
+
+
+class CodeCache:
+    """Generated code per (layout, values kept out of the arena), shared by a module's
+    runtimes."""
+
+    def __init__(self, plan: ExecutionPlan, title: str):
+        import threading
+
+        self.plan = plan
+        self.title = title
+        self._items: dict[tuple, GeneratedCode] = {}
+        self._lock = threading.Lock()
+        self.latest: GeneratedCode | None = None
+
+    def get(self, arena_slots: frozenset[int], layout_id: int | None) -> GeneratedCode:
+        key = (layout_id, arena_slots)
+        code = self._items.get(key)
+        if code is None:
+            with self._lock:
+                code = self._items.get(key)
+                if code is None:
+                    code = generate(self.plan, arena_slots, self.title)
+                    self._items[key] = code
+        self.latest = code
+        return code
+
+
+class CodegenExecutor(Interpreter):
+    """Runs calls through generated code; a call that records a new signature's sizes goes
+    through the reference interpreter (it needs the value array to observe them)."""
+
+    def __init__(self, plan: ExecutionPlan, memory: MemoryConfig | None, codes: CodeCache):
+        super().__init__(plan, memory)
+        self.codes = codes
+        self._fast: Callable[..., list[Any]] | None = None
+        self._code: GeneratedCode | None = None
+
+    def install(self, layout) -> None:
+        super().install(layout)
+        self._fast = None
+
+    def run(self, inputs: list[Any]) -> list[Any]:
+        self.prepare(inputs)
+        if self._recording:
+            return self._run_reference(inputs)
+        fast = self._fast or self._bind()
+        try:
+            outputs = fast(*inputs)
+        except BaseException as e:
+            self._annotate(e)
+            raise
+        return self.finish(outputs, inputs)
+
+    def _run_reference(self, inputs: list[Any]) -> list[Any]:
+        values = self.values
+        for slot, x in zip(self.plan.block.inputs, inputs):
+            values[slot] = x
+        try:
+            self.run_block(self.plan.block)
+            return self.end(inputs)
+        finally:
+            self.clear()
+
+    def _bind(self) -> Callable[..., list[Any]]:
+        values = self.values
+        arena = frozenset(s for s in self._managed
+                          if values[s] is not None and s not in self.unkept)
+        layout_id = id(self.layout) if self.layout is not None else None
+        code = self.codes.get(arena, layout_id)
+        self._code = code
+        self._fast = code.factory(*[values[s] for s in code.arena_slots], self._refused)
+        return self._fast
+
+    def _refused(self, e: RuntimeError, slot: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """Called by generated code when an out variant failed: if PyTorch refused to grow
+        an arena tensor, allocate this value from now on (new code next call)."""
+        if not _is_refused_resize(e):
+            raise e
+        self.unkept.add(slot)
+        self._fast = None
+        return fn(*args)
+
+    def _annotate(self, e: BaseException) -> None:
+        code = self._code
+        if code is None:
+            return
+        tb, lineno = e.__traceback__, None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == code.filename:
+                lineno = tb.tb_lineno
+            tb = tb.tb_next
+        for pn in code.nodes_at(lineno) if lineno is not None else ():
+            annotate(e, pn)
