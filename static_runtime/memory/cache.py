@@ -52,7 +52,8 @@ class LayoutCache:
 def signature(inputs: list[Any]) -> tuple:
     """What a memory layout depends on: tensor dtypes and shapes (inside lists and tuples
     too), and the values of ints, bools and strings, which may shape intermediates."""
-    return tuple(_sig(x) for x in inputs)
+    Tensor = torch.Tensor
+    return tuple([(x.dtype, x.shape) if type(x) is Tensor else _sig(x) for x in inputs])
 
 
 def _sig(x: Any) -> Hashable:
