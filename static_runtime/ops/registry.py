@@ -98,7 +98,7 @@ def register_native(*kinds: str) -> Callable[[NativeFactory], NativeFactory]:
 def select(node: Node, *, enable_out_variant: bool = True) -> OpImpl:
     """Choose the implementation of ``node``: out variant, native, fallback, in that order."""
     # Importing the implementation modules registers them.
-    from static_runtime.ops import fallback, out_variants
+    from static_runtime.ops import fallback, out_variants, selection  # noqa: F401
     from static_runtime.ops.native import containers, objects, prim, scalars, specialized  # noqa: F401
 
     if node.kind in CONTROL_FLOW:

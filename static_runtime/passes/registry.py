@@ -10,6 +10,7 @@ from static_runtime.passes.constant_propagation import constant_propagation
 from static_runtime.passes.dead_code import eliminate_dead_code
 from static_runtime.passes.functionalize import functionalize
 from static_runtime.passes.inline import inline
+from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.noops import remove_noops
 from static_runtime.passes.tuples import merge_tuple_unpacks
 from static_runtime.passes.variadic import variadic_cat_stack
@@ -23,4 +24,5 @@ PASSES: dict[str, Callable[[Graph], bool]] = {
     "variadic_cat_stack": variadic_cat_stack,
     "merge_tuple_unpacks": merge_tuple_unpacks,
     "eliminate_dead_code": eliminate_dead_code,
+    "inplace_activations": inplace_activations,
 }

@@ -36,6 +36,7 @@ class StaticModuleOptions:
     merge_tuple_unpacks: bool = True
     specialize_alpha: bool = True
     functionalize: bool = True
+    inplace_activations: bool = True
 
     #: Run the IR verifier after every pass (slower preparation; for debugging passes).
     verify_passes: bool = False
