@@ -1,0 +1,148 @@
+"""The side-by-side harness: which runners exist, how refusals and caveats are reported,
+how outputs are compared. Behaviour only; nothing here is timed."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from static_runtime import compare
+from static_runtime.models import MODELS
+
+IN_PROCESS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
+              "static_runtime")
+
+
+class Tiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x))
+
+
+class Branchy(nn.Module):
+    """A branch on the data: tracing bakes in the side the example input takes."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(x.sum() > 0):
+            return self.linear(x)
+        return -x
+
+
+def _tiny():
+    torch.manual_seed(0)
+    return Tiny().eval(), (torch.randn(2, 8),)
+
+
+def test_runner_names_follow_include_and_all_agree():
+    model, inputs = _tiny()
+    runners = compare.make_runners(model, inputs, include=IN_PROCESS)
+    assert [r.name for r in runners] == list(IN_PROCESS)
+    assert all(not r.note and not r.caveats for r in runners)
+    assert all(r.setup_seconds >= 0 and r.first_call_seconds >= 0 for r in runners)
+    assert compare.outputs_agree(runners) == {name: True for name in IN_PROCESS}
+    assert all(err is not None and err < 1e-5 for err in compare.output_errors(runners).values())
+
+
+def test_default_runners_are_the_demo_ones():
+    model, inputs = _tiny()
+    names = [r.name for r in compare.make_runners(model, inputs)]
+    assert names == list(compare.DEMO_RUNNERS)
+    assert set(compare.RUNNERS) >= set(names)
+
+
+def test_unknown_runner_is_an_error_not_a_refusal():
+    model, inputs = _tiny()
+    with pytest.raises(ValueError, match="unknown runner"):
+        compare.make_runners(model, inputs, include=("eager", "tensorrt"))
+
+
+def test_refused_peer_carries_a_note():
+    # PyTorch's C++ Static Runtime refuses the encoder layer's tensor identity checks.
+    spec = MODELS["transformer_encoder"]
+    runners = compare.make_runners(spec.build(), spec.example_inputs(1),
+                                   include=("eager", "pytorch_static_runtime"))
+    refused = runners[1]
+    assert refused.note and "canEnableStaticRuntime" in refused.note
+    assert math.isnan(refused.setup_seconds)
+    assert "error" in refused.details
+    with pytest.raises(RuntimeError):
+        refused.fn()
+    assert compare.outputs_agree(runners) == {"eager": True, "pytorch_static_runtime": None}
+    timings = compare.time_runners(runners, repeats=1, calls=1, warmup=0)
+    assert set(timings) == {"eager"}
+
+
+def test_outputs_agree_and_errors_see_a_wrong_runner():
+    t = torch.ones(3)
+    runners = [compare.Runner("eager", lambda: t, 0.0),
+               compare.Runner("same", lambda: t.clone(), 0.0),
+               compare.Runner("wrong", lambda: t + 1, 0.0),
+               compare.Runner("shape", lambda: torch.ones(4), 0.0),
+               compare.Runner("refused", compare._refused("no"), float("nan"), note="no")]
+    assert compare.outputs_agree(runners) == {
+        "eager": True, "same": True, "wrong": False, "shape": False, "refused": None}
+    errors = compare.output_errors(runners)
+    assert errors["same"] == 0.0 and errors["wrong"] == pytest.approx(1.0)
+    assert errors["shape"] is None and errors["refused"] is None
+
+
+def test_reason_names_the_innermost_cause():
+    try:
+        try:
+            raise ValueError("\x1b[96mdata-dependent\x1b[0m branch\nmore detail")
+        except ValueError as inner:
+            raise RuntimeError("Export failed:\n") from inner
+    except RuntimeError as e:
+        assert compare._reason(e) == "RuntimeError <- ValueError: data-dependent branch"
+    assert compare._reason(KeyError()) == "KeyError"
+
+
+def test_torch_compile_runner_reports_compile_time_and_graph_breaks():
+    # The eager backend keeps this fast; the benchmark uses inductor.
+    torch.manual_seed(0)
+    runners = compare.make_runners(Branchy().eval(), (torch.randn(2, 8),),
+                                   include=("eager", "torch_compile"), compile_backend="eager")
+    compiled = runners[1]
+    assert not compiled.note
+    assert compiled.details["backend"] == "eager"
+    assert compiled.details["compile_seconds"] >= 0
+    assert any("graph break" in c for c in compiled.caveats)
+    assert compare.outputs_agree(runners)["torch_compile"] is True
+
+
+def test_onnxruntime_runner_agrees_with_eager():
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    model, inputs = _tiny()
+    runners = compare.make_runners(model, inputs, include=("eager", "onnxruntime"),
+                                   check_inputs=[(-inputs[0],)])
+    ort = runners[1]
+    assert not ort.note, ort.note
+    assert ort.details["exporter"] == "dynamo"
+    assert ort.details["export_seconds"] > 0
+    assert sum(ort.details["onnx_ops"].values()) >= 1  # op type -> count
+    assert compare.outputs_agree(runners)["onnxruntime"] is True
+
+
+def test_onnx_export_that_traces_one_branch_is_not_chosen():
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    torch.manual_seed(0)
+    x = torch.rand(2, 8)  # positive sum: the linear branch
+    runners = compare.make_runners(Branchy().eval(), (x,), include=("eager", "onnxruntime"),
+                                   check_inputs=[(-x,)])
+    ort = runners[1]
+    assert not ort.note, ort.note
+    # torch.export refuses the data-dependent branch; the scripted module keeps it as If.
+    assert ort.details["exporter"] == "torchscript_scripted"
+    assert any(c.startswith("dynamo exporter:") for c in ort.caveats)
+    assert not any("lossy" in c for c in ort.caveats)
+    assert compare.outputs_agree(runners)["onnxruntime"] is True
