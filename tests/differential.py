@@ -28,7 +28,7 @@ import static_runtime as sr
 OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
     "default": sr.StaticModuleOptions(verify_memory_plans=True),
     "plain": sr.StaticModuleOptions(
-        executor="interpreter",
+        executor="interpreter", fast_bindings=False,
         enable_out_variant=False, optimize_memory=False, constant_propagation=False,
         remove_noops=False, variadic_cat_stack=False, merge_tuple_unpacks=False,
         specialize_alpha=False, functionalize=False, eliminate_dead_code=False,

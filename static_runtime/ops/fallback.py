@@ -2,7 +2,9 @@
 
 Two routes, both PyTorch's own:
 
-* ``torch.ops.<ns>.<name>.<overload>`` when the schema has concrete types;
+* when the schema has concrete types, the operator's Python binding (``torch.addmm``,
+  ``Tensor.view``...) where it provably runs the same overload (``bindings.py``; the
+  ``fast_bindings`` option), else ``torch.ops.<ns>.<name>.<overload>``;
 * a one-node TorchScript function when the schema is generic (``t``, ``t[]``, ``Dict(t, t)``):
   ``torch.ops`` cannot convert Python values to a type variable, but the TorchScript
   interpreter, given the node's concrete input types, can.
@@ -21,12 +23,16 @@ import torch
 
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
+from static_runtime.ops import bindings
 from static_runtime.ops import schema as S
 from static_runtime.ops.registry import labelled
 
 
-def resolve(node: Node) -> tuple[Callable[..., Any] | None, str]:
-    """A callable running ``node`` through PyTorch, or ``(None, why not)``."""
+def resolve(node: Node, *, fast_bindings: bool = True) -> tuple[Callable[..., Any] | None, str]:
+    """A callable running ``node`` through PyTorch, or ``(None, why not)``.
+
+    With ``fast_bindings``, the operator's Python binding where it provably runs the same
+    overload (``bindings.bind``), else its ``torch.ops`` overload."""
     if node.schema is None:
         return None, "it has no schema, and no native implementation is registered"
     info = S.parse(node.schema)
@@ -38,6 +44,11 @@ def resolve(node: Node) -> tuple[Callable[..., Any] | None, str]:
         return None, f"it has attributes {sorted(node.attrs)} that the schema cannot carry"
     op = None if info.is_generic() or info.is_vararg else S.resolve_overload(node.schema)
     if op is not None:
+        if fast_bindings:
+            fn, why = bindings.bind(node)
+            if fn is not None:
+                return fn, ""
+            return bind_overload(op, info, len(node.inputs), why=why), ""
         return bind_overload(op, info, len(node.inputs)), ""
     try:
         return _interpreter_function(node), ""
@@ -47,11 +58,14 @@ def resolve(node: Node) -> tuple[Callable[..., Any] | None, str]:
 
 
 def bind_overload(op: torch._ops.OpOverload, info: S.SchemaInfo, n_inputs: int,
-                  out_name: str | None = None) -> Callable[..., Any]:
-    """A callable taking the node's inputs positionally (and ``out`` first, if ``out_name``)."""
+                  out_name: str | None = None, why: str = "") -> Callable[..., Any]:
+    """A callable taking the node's inputs positionally (and ``out`` first, if ``out_name``);
+    ``why`` says, in its label, why no Python binding is used."""
     n_pos = sum(1 for a in info.arguments if not a.kwarg_only)
     kw_names = tuple(a.name for a in info.arguments if a.kwarg_only)[: max(0, n_inputs - n_pos)]
     label = f"torch.ops.{info.namespace}.{info.base_name}.{op._overloadname}"
+    if why:
+        label += f" ({why})"
     if out_name is None:
         if not kw_names:
             return labelled(label)(lambda *a: op(*a))

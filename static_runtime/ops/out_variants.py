@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from static_runtime.ir.graph import Node
+from static_runtime.ops import bindings
 from static_runtime.ops import schema as S
 from static_runtime.ops.fallback import bind_overload
 from static_runtime.ops.registry import labelled, register_out_variant
@@ -22,8 +23,9 @@ from static_runtime.ops.registry import labelled, register_out_variant
 OutPair = tuple[Callable[..., Any], Callable[..., Any]]
 
 
-def derived(node: Node) -> OutPair | None:
-    """``(fn, out_fn)`` from the schema's ``.out`` overload, or None."""
+def derived(node: Node, *, fast_bindings: bool = True) -> OutPair | None:
+    """``(fn, out_fn)`` from the schema's ``.out`` overload, or None. With ``fast_bindings``,
+    each calls the operator's Python binding where it provably runs the same overload."""
     if node.schema is None or len(node.outputs) != 1:
         return None
     found = S.find_out_overload(node.schema)
@@ -44,7 +46,12 @@ def derived(node: Node) -> OutPair | None:
     for i in info.dtype_argument_indices():
         if i < n and node.inputs[i].node.kind != "prim::Constant":
             return None
-    return bind_overload(functional, info, n), bind_overload(out_op, info, n, out_name)
+    if not fast_bindings:
+        return bind_overload(functional, info, n), bind_overload(out_op, info, n, out_name)
+    fn, why = bindings.bind(node)
+    out_fn, out_why = bindings.bind(node, out_overload=out_op._overloadname)
+    return (fn or bind_overload(functional, info, n, why=why),
+            out_fn or bind_overload(out_op, info, n, out_name, why=out_why))
 
 
 # Variadic cat/stack: ``prim::VarConcat(%a, %b, ..., %dim)`` — the list of tensors is the

@@ -15,6 +15,7 @@ raised when the ``StaticModule`` is built, never in the middle of a request.
 from __future__ import annotations
 
 import enum
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -95,8 +96,12 @@ def register_native(*kinds: str) -> Callable[[NativeFactory], NativeFactory]:
     return deco
 
 
-def select(node: Node, *, enable_out_variant: bool = True) -> OpImpl:
-    """Choose the implementation of ``node``: out variant, native, fallback, in that order."""
+def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool = True) -> OpImpl:
+    """Choose the implementation of ``node``: out variant, native, fallback, in that order.
+
+    ``fast_bindings``: derived out variants and the fallback call the operator through its
+    Python binding where that provably runs the same overload (``ops/bindings.py``), else
+    through ``torch.ops``."""
     # Importing the implementation modules registers them.
     from static_runtime.ops import fallback, out_variants, selection  # noqa: F401
     from static_runtime.ops.native import containers, objects, prim, scalars, specialized  # noqa: F401
@@ -106,7 +111,7 @@ def select(node: Node, *, enable_out_variant: bool = True) -> OpImpl:
     factory = _out_variants.get(node.kind)
     pair = factory(node) if factory is not None else None
     if pair is None and enable_out_variant:
-        pair = out_variants.derived(node)
+        pair = out_variants.derived(node, fast_bindings=fast_bindings)
     if pair is not None:
         fn, out_fn = pair
         if enable_out_variant:
@@ -119,14 +124,30 @@ def select(node: Node, *, enable_out_variant: bool = True) -> OpImpl:
         fn = factory(node)
         if fn is not None:
             return OpImpl(Tier.NATIVE, fn, None, _label(fn))
-    fn, reason = fallback.resolve(node)
+    fn, reason = fallback.resolve(node, fast_bindings=fast_bindings)
     if fn is not None:
         return OpImpl(Tier.FALLBACK, fn, None, _label(fn))
     raise UnsupportedOperatorError(node, reason)
 
 
 def _label(fn: Callable[..., Any]) -> str:
-    return getattr(fn, "__sr_label__", getattr(fn, "__qualname__", repr(fn)))
+    label = getattr(fn, "__sr_label__", None)
+    if label is None and _is_static_builtin(fn):
+        label = _builtin_labels.get(id(fn))
+    return label or getattr(fn, "__qualname__", repr(fn))
+
+
+#: Labels of C functions of modules and classes and of method descriptors (``torch.abs``,
+#: ``TensorBase.view``), which take no attributes. They live as long as the module that
+#: holds them, so their ids stay theirs.
+_builtin_labels: dict[int, str] = {}
+
+
+def _is_static_builtin(fn: Any) -> bool:
+    if isinstance(fn, types.MethodDescriptorType):
+        return True
+    return (isinstance(fn, types.BuiltinFunctionType)
+            and (fn.__self__ is None or isinstance(fn.__self__, (types.ModuleType, type))))
 
 
 def labelled(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -136,7 +157,8 @@ def labelled(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         try:
             fn.__sr_label__ = label  # type: ignore[attr-defined]
         except AttributeError:
-            pass
+            if _is_static_builtin(fn):
+                _builtin_labels[id(fn)] = label
         return fn
 
     return deco

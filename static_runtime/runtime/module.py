@@ -71,7 +71,8 @@ class StaticModule:
             self.graph, enable_out_variant=self.options.enable_out_variant,
             reusable=managed_values if manage else None,
             copied_outputs=tuple(i for i, v in enumerate(self.graph.outputs)
-                                 if may_hold_list_or_dict(v.type)))
+                                 if may_hold_list_or_dict(v.type)),
+            fast_bindings=self.options.fast_bindings)
         self.layouts = LayoutCache(self.options.plan_cache_size)
         self._codes = CodeCache(self.plan, _describe_model(model))
         self._memory = MemoryConfig(self.lifetimes, self.layouts, self.options.memory_planner,

@@ -88,7 +88,8 @@ class ExecutionPlan:
 def build_plan(graph: Graph, *, enable_out_variant: bool,
                reusable: Callable[[Callable[[Node], bool]], tuple[set[Value], set[Value]]]
                | None,
-               copied_outputs: tuple[int, ...] = ()) -> ExecutionPlan:
+               copied_outputs: tuple[int, ...] = (),
+               fast_bindings: bool = True) -> ExecutionPlan:
     """Select an implementation for every node and lay the values out in slots.
 
     ``reusable`` is given the out-variant predicate and returns the managed intermediates
@@ -114,7 +115,8 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
                     node, f"the constant of type {value.type_str} cannot be held as a value")
             constants[slot(node.output)] = value
             continue
-        impls[node] = select(node, enable_out_variant=enable_out_variant)
+        impls[node] = select(node, enable_out_variant=enable_out_variant,
+                             fast_bindings=fast_bindings)
 
     intermediates: set[Value] = set()
     outputs: set[Value] = set()

@@ -1,0 +1,440 @@
+"""The fastest Python binding for a node's operator, proven to run the same overload.
+
+Calling an ATen operator through its ``torch.ops`` overload object costs a Python-level
+``OpOverload.__call__`` and a boxed call: about 3.6 µs for a small ``addmm.out``, against
+2.1 µs through its Python binding, ``torch.addmm`` (``torch._C._VariableFunctions.addmm``).
+But a binding serves every overload of a name and picks one from the Python values it is
+given, so using it is only right when the overload it picks is provably the node's. ``bind``
+proves it at preparation time, per node:
+
+1. **Candidates.** The generated bindings of the operator's name, functions first
+   (``torch._C._VariableFunctions``, ``_nn``, ``_fft``, ``_linalg``, ``_special``), then the
+   Tensor method (``torch._C.TensorBase.<name>``, called as ``TensorBase.name(self, ...)``;
+   never for ``out=``). Hand-written bindings (``size``, ``to``, ``contiguous``...: torchgen's
+   skip list) and dunder bindings (which turn a TypeError into NotImplemented) are never
+   candidates. The node's signature in the binding is the one that dispatches to the node's
+   overload (with ``out=``: to its ``.out`` overload).
+2. **The call.** Arguments go positionally where the signature has them positional, else by
+   keyword. Constants are specialised: a constant equal to the parameter's default, or None
+   for a parameter that has a default and accepts None (the parser then holds exactly what it
+   holds when the argument is left out), is left out when it is keyword-only or among the
+   trailing positional ones; ``ScalarType``, ``Layout`` and ``MemoryFormat`` constants, ints
+   in TorchScript graphs, become ``torch.dtype``/``layout``/``memory_format`` objects. Such an
+   argument that is not a constant keeps the node on ``torch.ops``.
+3. **The proof.** ``python_signatures.first_fit`` replays the binding's argument parser on
+   the kinds of values the call passes (from the schema's types, narrowed by the IR's and by
+   constant values): the node's signature must be the first that surely fits, and every
+   earlier one must surely not (a 0-dim tensor may fit a ``Scalar`` parameter: such a
+   doubt keeps ``torch.ops``). One exception is proven by ATen's source rather than by the
+   parser: the Python bindings have no ``add.Scalar``, ``sub.Scalar``, ``mul.Scalar``,
+   ``div.Scalar`` (torchgen's ``SKIP_PYTHON_BINDINGS_SIGNATURES``) and take a number as a
+   wrapped-number tensor for the ``.Tensor`` overload instead, which is how ATen itself
+   defines those ``.Scalar`` overloads (``at::add(self, wrapped_scalar_tensor(other),
+   alpha)`` in ``BinaryOps.cpp``; likewise ``div`` with a rounding mode and the in-place
+   forms).
+4. **The result.** Tensors, tuples of tensors (named tuples, which are tuples), bool, int
+   and float come back as ``torch.ops`` returns them; a ``Tensor[]`` comes back as a tuple
+   and is made a list. Any other return type keeps ``torch.ops``.
+
+The implementation is the binding itself when the node's inputs are its arguments as they
+are, otherwise a small generated function taking the node's inputs (``fn(*inputs)``, and
+``out_fn(out, *inputs)``), with the constants it dropped or converted baked in.
+"""
+
+from __future__ import annotations
+
+import functools
+import keyword
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from static_runtime.ir import types as T
+from static_runtime.ir.graph import Node
+from static_runtime.ops import python_signatures as P
+from static_runtime.ops import schema as S
+from static_runtime.ops.python_signatures import Kind, Kinds
+from static_runtime.ops.registry import labelled
+
+#: The modules holding each namespace's bindings, and how labels spell them.
+_MODULES: dict[str, tuple[Any, str]] = {
+    "torch": (torch._C._VariableFunctions, "torch._C._VariableFunctions"),
+    "nn": (torch._C._nn, "torch._C._nn"),
+    "fft": (torch._C._fft, "torch._C._fft"),
+    "linalg": (torch._C._linalg, "torch._C._linalg"),
+    "special": (torch._C._special, "torch._C._special"),
+    "method": (torch._C.TensorBase, "torch._C.TensorBase"),
+}
+
+
+def _spelling(ns: str, name: str, binding: Any) -> str:
+    """How a label names a binding: ``torch.add`` and ``Tensor.view`` where those names are
+    the binding itself, else its full name (``torch.split`` is a Python wrapper, for one)."""
+    if ns == "torch" and getattr(torch, name, None) is binding:
+        return f"torch.{name}"
+    if ns == "method" and getattr(torch.Tensor, name, None) is binding:
+        return f"Tensor.{name}"
+    return f"{_MODULES[ns][1]}.{name}"
+
+
+#: ``.Scalar`` overloads the bindings run as their ``.Tensor`` overload on a wrapped number,
+#: which is what ATen's own definition of them does (see the module docstring).
+SCALAR_AS_TENSOR = {
+    "add.Scalar": "add.Tensor", "sub.Scalar": "sub.Tensor", "mul.Scalar": "mul.Tensor",
+    "div.Scalar": "div.Tensor", "div.Scalar_mode": "div.Tensor_mode",
+    "add_.Scalar": "add_.Tensor", "sub_.Scalar": "sub_.Tensor", "mul_.Scalar": "mul_.Tensor",
+    "div_.Scalar": "div_.Tensor", "div_.Scalar_mode": "div_.Tensor_mode",
+}
+
+_ENUM_TYPES = {"ScalarType": Kind.DTYPE, "Layout": Kind.LAYOUT, "MemoryFormat": Kind.MEMORY_FORMAT}
+_ABSENT = object()
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One node input as the resolver sees it."""
+
+    index: int
+    name: str               # the schema's argument name
+    kinds: Kinds
+    constant: Any = _ABSENT     # the (converted) constant value, if it is one
+    converted: bool = False         # the constant was converted (dtype from int...)
+
+    @property
+    def is_constant(self) -> bool:
+        return self.constant is not _ABSENT
+
+
+def bind(node: Node, *, out_overload: str | None = None) -> tuple[Callable[..., Any] | None, str]:
+    """A callable running ``node`` through a Python binding, or ``(None, why not)``.
+
+    With ``out_overload`` (the ``.out`` overload's name, e.g. ``out``), the callable is an out
+    variant: ``fn(out, *inputs)`` passes ``out=``."""
+    if node.schema is None:
+        return None, "no schema"
+    info = S.parse(node.schema)
+    if info.namespace != "aten" or info.is_vararg or info.is_generic():
+        return None, "not an ATen operator with concrete types"
+    if len(node.inputs) != len(info.arguments):
+        return None, "the node does not pass every argument"
+    returns = _returns(node.schema)
+    if returns is None:
+        return None, "no binding returns its return type"
+    name = info.base_name
+    if P.is_dunder(name):
+        return None, "dunder bindings turn a TypeError into NotImplemented"
+    args, why = _arguments(node, info)
+    if args is None:
+        return None, why
+    overload = info.overload or ""
+    if out_overload is None:
+        own = f"{name}.{overload}" if overload else name
+        targets = {own, SCALAR_AS_TENSOR.get(own, own)}
+    else:
+        targets = {f"{name}.{out_overload}"}
+    namespaces = [ns for ns in P.NAMESPACES if ns != "method"]
+    if out_overload is None:
+        namespaces.append("method")
+    for ns in namespaces:
+        sigs = P.signatures(ns, name)
+        binding = getattr(_MODULES[ns][0], name, None)
+        if not sigs or binding is None:
+            continue
+        for sig in sigs:
+            # (a node may itself be an ``.out`` overload, its ``out`` one of its inputs)
+            hits = {sig.out} if out_overload is not None else {sig.base, sig.out}
+            if sig.deprecated or not hits & targets:
+                continue
+            # Leaving constants out may make an earlier signature fit too (``std(x)`` for
+            # ``std(x, True)``): then leave fewer out.
+            for drop in (_DROP_ALL, _DROP_KEYWORDS, _DROP_NONE):
+                call = _call(sig, args, ns == "method", out_overload is not None, drop)
+                if call is None:
+                    break
+                receiver, positional, keywords = call
+                pos_kinds = [a.kinds for a in positional]
+                kw_kinds = {k: a.kinds for k, a in keywords.items()}
+                if out_overload is not None:
+                    kw_kinds["out"] = frozenset({Kind.TENSOR})
+                if P.first_fit(sigs, pos_kinds, kw_kinds) is sig:
+                    return _make(binding, _spelling(ns, name, binding), len(node.inputs), receiver,
+                                 positional, keywords, out_overload is not None, returns), ""
+    return None, "no Python binding provably runs this overload"
+
+
+# --------------------------------------------------------------------------- the node's side
+
+
+def _returns(schema: str) -> str | None:
+    """How the binding's result becomes ``torch.ops``' result: "" as it is, "list" for a
+    tuple of tensors that must be a list, None if no equal form is known."""
+    rets = [str(r.type) for r in torch._C.parse_schema(schema).returns]
+    if all(r == "Tensor" for r in rets):
+        return ""
+    if rets == ["List[Tensor]"]:
+        return "list"
+    if len(rets) == 1 and rets[0] in ("int", "float", "bool"):
+        return ""
+    return None
+
+
+def _arguments(node: Node, info: S.SchemaInfo) -> tuple[list[Arg] | None, str]:
+    args = []
+    for i, (a, v) in enumerate(zip(info.arguments, node.inputs, strict=True)):
+        # (a ``prim::Constant`` without a value is None)
+        value = v.node.attrs.get("value") if v.node.kind == "prim::Constant" else _ABSENT
+        enum_kind = _ENUM_TYPES.get(a.real_type.removeprefix("Optional[").removesuffix("]"))
+        if enum_kind is not None:
+            if value is _ABSENT:
+                return None, f"{a.real_type} argument '{a.name}' is not a constant"
+            converted = _enum_value(enum_kind, value)
+            if converted is _ABSENT:
+                return None, f"constant {a.name}={value!r} has no Python equivalent"
+            args.append(Arg(i, a.name, _kinds_of_value(converted), converted,
+                            converted is not value))
+        elif value is not _ABSENT:
+            args.append(Arg(i, a.name, _kinds_of_value(value), value))
+        else:
+            args.append(Arg(i, a.name, _narrow(_kinds_of_type(a.real_type), v.type)))
+    return args, ""
+
+
+def _kinds_of_type(t: str) -> Kinds:
+    if t.startswith("Optional[") and t.endswith("]"):
+        return _kinds_of_type(t[len("Optional["):-1]) | {Kind.NONE}
+    simple = {"Tensor": Kind.TENSOR, "int": Kind.INT, "SymInt": Kind.INT, "float": Kind.FLOAT,
+              "bool": Kind.BOOL, "complex": Kind.COMPLEX, "str": Kind.STR,
+              "Device": Kind.DEVICE, "Generator": Kind.GENERATOR, "List[int]": Kind.INT_LIST,
+              "List[SymInt]": Kind.INT_LIST, "List[float]": Kind.FLOAT_LIST,
+              "List[bool]": Kind.BOOL_LIST, "List[str]": Kind.STR_LIST,
+              "List[Tensor]": Kind.TENSOR_LIST}
+    if t in simple:
+        return frozenset({simple[t]})
+    if t in ("number", "Scalar"):
+        return P.NUMBERS
+    if t == "List[Optional[Tensor]]":
+        return frozenset({Kind.OPTIONAL_TENSOR_LIST, Kind.TENSOR_LIST})
+    return frozenset({Kind.OTHER})
+
+
+def _narrow(kinds: Kinds, t: T.Type) -> Kinds:
+    """What the IR's type of the value says beyond the schema's."""
+    if t is T.NoneT and Kind.NONE in kinds:
+        return frozenset({Kind.NONE})
+    if not isinstance(t, (T.OptionalType, T.UnionType)) and t is not T.Any and kinds != {Kind.NONE}:
+        kinds = kinds - {Kind.NONE}
+    exact = {T.Int: Kind.INT, T.Float: Kind.FLOAT, T.Bool: Kind.BOOL}.get(t)
+    if exact is not None and exact in kinds:
+        return frozenset({exact})
+    return kinds
+
+
+def _kinds_of_value(value: Any) -> Kinds:
+    return frozenset({_kind_of_value(value)})
+
+
+def _kind_of_value(value: Any) -> Kind:
+    simple = [(bool, Kind.BOOL), (int, Kind.INT), (float, Kind.FLOAT), (complex, Kind.COMPLEX),
+              (str, Kind.STR), (torch.Tensor, Kind.TENSOR), (torch.device, Kind.DEVICE),
+              (torch.dtype, Kind.DTYPE), (torch.layout, Kind.LAYOUT),
+              (torch.memory_format, Kind.MEMORY_FORMAT), (torch.Generator, Kind.GENERATOR)]
+    if value is None:
+        return Kind.NONE
+    for cls, kind in simple:
+        if isinstance(value, cls):
+            return kind
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return Kind.EMPTY_LIST
+        kinds = {_kind_of_value(x) for x in value}
+        lists = {Kind.BOOL: Kind.BOOL_LIST, Kind.INT: Kind.INT_LIST, Kind.FLOAT: Kind.FLOAT_LIST,
+                 Kind.STR: Kind.STR_LIST, Kind.TENSOR: Kind.TENSOR_LIST}
+        if len(kinds) == 1 and next(iter(kinds)) in lists:
+            return lists[next(iter(kinds))]
+        if kinds == {Kind.TENSOR, Kind.NONE}:
+            return Kind.OPTIONAL_TENSOR_LIST
+    return Kind.OTHER
+
+
+def _enum_value(kind: Kind, value: Any) -> Any:
+    """A TorchScript ``ScalarType``/``Layout``/``MemoryFormat`` constant as the Python object
+    the bindings take (None stays None), or ``_ABSENT`` if there is none."""
+    if value is None or isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
+        return value
+    if not isinstance(value, int) or isinstance(value, bool):
+        return _ABSENT
+    return _enum_table(kind).get(value, _ABSENT)
+
+
+@functools.cache
+def _enum_table(kind: Kind) -> dict[int, Any]:
+    """TorchScript's int for each dtype, layout and memory format, asked of TorchScript itself
+    (a function returning the object compiles to an int constant)."""
+    cls = {Kind.DTYPE: torch.dtype, Kind.LAYOUT: torch.layout,
+           Kind.MEMORY_FORMAT: torch.memory_format}[kind]
+    table: dict[int, Any] = {}
+    for attr in sorted(dir(torch)):
+        obj = getattr(torch, attr, None)
+        if not isinstance(obj, cls) or not attr.isidentifier() or keyword.iskeyword(attr):
+            continue
+        code = _torchscript_int(attr)
+        if isinstance(code, int) and table.setdefault(code, obj) != obj:
+            return {}  # two objects for one int: trust nothing
+    return table
+
+
+def _torchscript_int(attr: str) -> int | None:
+    """What ``torch.<attr>`` is in TorchScript, or None if TorchScript does not know it."""
+    try:
+        return torch.jit.CompilationUnit(f"def f():\n    return torch.{attr}\n").f()
+    except Exception:  # noqa: BLE001  (a dtype TorchScript does not know is left out)
+        return None
+
+
+# --------------------------------------------------------------------------- the call
+
+
+_DROP_ALL, _DROP_KEYWORDS, _DROP_NONE = 2, 1, 0
+
+
+def _call(sig: P.PySignature, args: list[Arg], method: bool, out: bool,
+          drop: int) -> tuple[Arg | None, list[Arg], dict[str, Arg]] | None:
+    """The receiver (for a method: the schema's ``self``), positional and keyword arguments
+    of a call to ``sig`` with the node's inputs; None if the inputs do not map onto the
+    signature's parameters. Constants are left out where that changes nothing: with
+    ``_DROP_ALL`` keyword ones and trailing positional ones, with ``_DROP_KEYWORDS`` keyword
+    ones only."""
+    by_name = {a.name: a for a in args}
+    receiver = by_name.pop("self", None) if method else None
+    if method and (receiver is None or Kind.TENSOR not in receiver.kinds):
+        return None
+    mapped: list[tuple[P.PyParam, Arg | None]] = []
+    for p in sig.params:
+        name = p.name
+        if name == "input" and "input" not in by_name and not method:
+            name = "self"
+        if out and p.name == "out":
+            mapped.append((p, None))
+            continue
+        arg = by_name.pop(name, None)
+        if arg is None and not p.optional:
+            return None
+        mapped.append((p, arg))
+    if by_name:
+        return None     # an input the signature has no parameter for
+    positional: list[Arg] = []
+    keywords: dict[str, Arg] = {}
+    pos_params = [(p, a) for p, a in mapped if not p.kw_only]
+    last = max((i for i, (p, a) in enumerate(pos_params)
+                if a is not None and (drop < _DROP_ALL or not _droppable(p, a))), default=-1)
+    for p, a in pos_params[:last + 1]:
+        if a is None:
+            return None     # a gap the call cannot leave
+        positional.append(a)
+    for p, a in mapped:
+        if p.kw_only and a is not None and (drop < _DROP_KEYWORDS or not _droppable(p, a)):
+            keywords[p.name] = a
+    return receiver, positional, keywords
+
+
+def _droppable(p: P.PyParam, a: Arg) -> bool:
+    """Whether leaving ``a`` out of the call is the same as passing it: a constant None for a
+    parameter with a default that accepts None (the parser stores "absent" either way), or a
+    constant equal to the parameter's default."""
+    if not a.is_constant or not p.optional:
+        return False
+    if a.constant is None:
+        return p.allow_none
+    default = _default_value(p)
+    return default is not _ABSENT and _same(a.constant, default)
+
+
+def _default_value(p: P.PyParam) -> Any:
+    """A parameter's default, as the parser reads it (``FunctionParameter::set_default_str``)."""
+    text = p.default
+    if text is None or text == "None":
+        return None if text == "None" else _ABSENT
+    try:
+        if p.type == "bool":
+            return {"True": True, "False": False, "true": True, "false": False}[text]
+        if p.type in ("int", "symint"):
+            return int(text)
+        if p.type == "double":
+            return float(text)
+        if p.type == "scalar":
+            try:
+                return int(text, 0)
+            except ValueError:
+                return float(text)
+        if p.type == "int_list":
+            if text.startswith("{"):
+                return [int(x) for x in text[1:-1].split(",") if x]
+            return [int(text)] * p.size if p.size else _ABSENT
+        if p.type == "str" and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" \
+                and "\\" not in text:
+            return text[1:-1]
+        if p.type in ("dtype", "layout") and text.startswith("torch."):
+            return getattr(torch, text[len("torch."):])
+    except (KeyError, ValueError, AttributeError):
+        pass
+    return _ABSENT
+
+
+def _same(value: Any, default: Any) -> bool:
+    if isinstance(default, list):
+        return (isinstance(value, (list, tuple)) and len(value) == len(default)
+                and all(_same(v, d) for v, d in zip(value, default)))
+    return type(value) is type(default) and value == default
+
+
+# --------------------------------------------------------------------------- the callable
+
+
+def _make(binding: Callable[..., Any], spelling: str, n_inputs: int, receiver: Arg | None,
+          positional: list[Arg], keywords: dict[str, Arg], out: bool,
+          returns: str) -> Callable[..., Any]:
+    order = ([receiver] if receiver is not None else []) + positional
+    if (not out and not keywords and not returns and not any(a.converted for a in order)
+            and [a.index for a in order] == list(range(n_inputs))):
+        # The node's inputs are the binding's arguments as they are: no wrapper.
+        return labelled(spelling)(binding)
+    spelled = [_spell(a) for a in order] + [f"{k}={_spell(a)}" for k, a in keywords.items()]
+    if out:
+        spelled.append("out=out")
+    label = f"{spelling}({', '.join(spelled)})"
+    return labelled(label)(_generate(binding, spelling, n_inputs, order, keywords, out, returns))
+
+
+def _spell(a: Arg) -> str:
+    if not a.is_constant or isinstance(a.constant, torch.Tensor):
+        return a.name
+    return repr(a.constant)
+
+
+def _generate(binding: Callable[..., Any], spelling: str, n_inputs: int, positional: list[Arg],
+              keywords: dict[str, Arg], out: bool, returns: str) -> Callable[..., Any]:
+    """``def <op>([out, ]a0, a1, ...): return f(...)``, compiled with an explicit namespace:
+    ``f`` the binding, ``c<i>`` the converted constants."""
+    namespace: dict[str, Any] = {"f": binding, "list": list}
+
+    def ref(a: Arg) -> str:
+        if a.converted:
+            namespace[f"c{a.index}"] = a.constant
+            return f"c{a.index}"
+        return f"a{a.index}"
+
+    params = (["out"] if out else []) + [f"a{i}" for i in range(n_inputs)]
+    call_args = [ref(a) for a in positional] + [f"{k}={ref(a)}" for k, a in keywords.items()]
+    if out:
+        call_args.append("out=out")
+    call = f"f({', '.join(call_args)})"
+    if returns == "list":
+        call = f"list({call})"
+    fname = "".join(c if c.isalnum() else "_" for c in spelling.rsplit(".", 1)[-1])
+    while fname in namespace or fname in params:
+        fname += "_"
+    src = f"def {fname}({', '.join(params)}):\n    return {call}\n"
+    exec(compile(src, f"<static_runtime binding: {spelling}>", "exec"), namespace)  # noqa: S102
+    return namespace[fname]
