@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from static_runtime.runtime.interpreter import Interpreter
+from static_runtime.runtime.interpreter import Interpreter, map_nested
 
 if TYPE_CHECKING:
     from static_runtime.runtime.module import StaticModule
@@ -49,13 +49,11 @@ def plan_ahead(module: StaticModule, inputs: list[Any]) -> str | None:
     return None
 
 
-def _to_meta(x: Any) -> Any:
+def _meta_leaf(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
-    if isinstance(x, list):
-        return [_to_meta(e) for e in x]
-    if isinstance(x, tuple):
-        return tuple(_to_meta(e) for e in x)
-    if isinstance(x, dict):
-        return {k: _to_meta(v) for k, v in x.items()}
     return x
+
+
+def _to_meta(x: Any) -> Any:
+    return map_nested(_meta_leaf, x)

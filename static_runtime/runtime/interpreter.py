@@ -7,6 +7,7 @@ array. One ``Interpreter`` per runtime: it owns the value array and is not threa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -296,6 +297,22 @@ def _is_refused_resize(e: BaseException) -> bool:
     return "not resizable" in str(e)
 
 
+def map_nested(fn: Callable[[Any], Any], x: Any) -> Any:
+    """``x`` rebuilt with new lists, tuples and dicts all the way down, ``fn`` applied to
+    everything else."""
+    if isinstance(x, list):
+        return [map_nested(fn, e) for e in x]
+    if isinstance(x, tuple):
+        return tuple(map_nested(fn, e) for e in x)
+    if isinstance(x, dict):
+        return {k: map_nested(fn, v) for k, v in x.items()}
+    return fn(x)
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
 def copy_containers(x: Any) -> Any:
     """New lists, dicts and tuples all the way down; tensors and other objects as they are.
 
@@ -303,10 +320,4 @@ def copy_containers(x: Any) -> Any:
     attribute of the module, say — so that the caller's result does not change when a later
     call writes into that container. The TorchScript interpreter's results are new Python
     containers likewise."""
-    if isinstance(x, list):
-        return [copy_containers(e) for e in x]
-    if isinstance(x, tuple):
-        return tuple(copy_containers(e) for e in x)
-    if isinstance(x, dict):
-        return {k: copy_containers(v) for k, v in x.items()}
-    return x
+    return map_nested(_same, x)
