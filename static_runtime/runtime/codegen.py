@@ -34,6 +34,8 @@ import torch
 
 from static_runtime.ir.graph import Value
 from static_runtime.memory.cache import _sig
+from static_runtime.ops import schema as S
+from static_runtime.ops.registry import Tier
 from static_runtime.runtime.interpreter import (
     Interpreter,
     MemoryConfig,
@@ -49,6 +51,36 @@ _INLINE = {
     "prim::ListConstruct", "prim::TupleConstruct", "prim::TupleUnpack", "prim::ListUnpack",
     "prim::unchecked_cast", "aten::__is__", "aten::__isnot__", "aten::__not__",
 }
+
+
+#: Native operators whose Python meaning is an expression, by exact schema.
+_SCHEMA_EXPRESSIONS = {
+    "aten::dim(Tensor self) -> int": "{0}.dim()",
+    "aten::len.t(t[] a) -> int": "len({0})",
+    "aten::size.int(Tensor self, int dim) -> int": "{0}.size({1})",
+    "aten::__getitem__.t(t[](a) list, int idx) -> t(*)": "{0}[{1}]",
+}
+_COMPARISONS = {"aten::eq": "==", "aten::ne": "!=", "aten::lt": "<", "aten::le": "<=",
+                "aten::gt": ">", "aten::ge": ">="}
+_NUMBER_TYPES = {"int", "float", "bool"}
+
+
+def _scalar_expression(pn: ProcessedNode, ins: list[str]) -> str | None:
+    """The node as a Python expression, for natives whose meaning is exactly one:
+    tensor metadata, list length and indexing (IndexError as the native raises), and
+    comparisons of two Python numbers (which return bool, as TorchScript's do)."""
+    if pn.tier is not Tier.NATIVE or pn.node.schema is None or len(pn.outputs) != 1:
+        return None
+    template = _SCHEMA_EXPRESSIONS.get(pn.node.schema)
+    if template is not None:
+        return template.format(*ins)
+    op = _COMPARISONS.get(pn.kind)
+    if op is not None:
+        info = S.parse(pn.node.schema)
+        if (len(info.arguments) == 2 and all(a.type in _NUMBER_TYPES for a in info.arguments)
+                and [r.type for r in info.returns] == ["bool"]):
+            return f"{ins[0]} {op} {ins[1]}"
+    return None
 
 
 @dataclass
@@ -167,6 +199,11 @@ class _Emitter:
         args = self.args(pn)
         if kind in _INLINE:
             return self.inline(pn, indent, args)
+        expr = _scalar_expression(pn, [self.expr[s] for s in pn.inputs])
+        if expr is not None:
+            self.emit(indent, f"{self.local(pn.outputs[0])} = {expr}", pn)
+            self.defined.update(pn.outputs)
+            return
         fn = self.bind(pn.fn, f"f_{kind.split('::')[-1]}")
         outs = pn.outputs
         if pn.managed and outs[0] in self.arena:

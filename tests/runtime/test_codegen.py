@@ -130,3 +130,19 @@ def f(x: torch.Tensor):
               torch.randn(3, dtype=torch.float64), torch.randn(5)):
         assert_same(rt(x), script(src)(x))
     assert "raise SignatureChanged" in mod.code
+
+
+def test_metadata_and_number_comparisons_are_expressions():
+    src = """
+def f(x: torch.Tensor, xs: List[int], n: int):
+    if x.dim() == 2 and len(xs) > n and x.size(0) != xs[0]:
+        return x * 2
+    return x
+"""
+    mod = sr.StaticModule(script(src))
+    code = mod.code
+    assert ".dim()" in code and "len(" in code and ".size(" in code and " == " in code
+    ref = script(src)
+    for args in ((torch.ones(2, 3), [5, 1], 1), (torch.ones(3), [1], 0),
+                 (torch.ones(2, 2), [2, 0], 1), (torch.ones(2, 2), [], 0)):
+        assert_same(mod(*args), ref(*args))
