@@ -74,11 +74,11 @@ def analyze(graph: Graph, is_out_variant: Callable[[Node], bool],
     """Managed values of the top-level block and their lifetimes; with ``manage_outputs``,
     also the outputs that may come from the output arena (``managed_outputs``)."""
     db = alias_db if alias_db is not None else AliasDb(graph)
-    outputs = managed_outputs(graph, is_out_variant, db) if manage_outputs else ()
+    dynamic = data_dependent_sizes(graph)
+    outputs = managed_outputs(graph, is_out_variant, db, dynamic) if manage_outputs else ()
     steps = top_level_steps(graph)
     last = max(steps.values(), default=0)
 
-    dynamic = data_dependent_sizes(graph)
     candidates: list[Value] = []
     for node in graph.nodes:
         if node not in steps or len(node.outputs) != 1 or not is_out_variant(node):
@@ -113,8 +113,8 @@ def analyze(graph: Graph, is_out_variant: Callable[[Node], bool],
     return Lifetimes(len(steps), tuple(managed), outputs)
 
 
-def managed_outputs(graph: Graph, is_out_variant: Callable[[Node], bool],
-                    db: AliasDb) -> tuple[Value, ...]:
+def managed_outputs(graph: Graph, is_out_variant: Callable[[Node], bool], db: AliasDb,
+                    dynamic: set[Value]) -> tuple[Value, ...]:
     """Outputs that can be written into the output arena: tensors produced by top-level
     out-variant nodes and returned as they are (or as elements of the returned tuple),
     aliased by nothing else (a view of one would point outside the arena the caller's
@@ -126,7 +126,6 @@ def managed_outputs(graph: Graph, is_out_variant: Callable[[Node], bool],
             returned.extend(v.node.inputs)
         else:
             returned.append(v)
-    dynamic = data_dependent_sizes(graph)
 
     def fresh(v: Value) -> bool:
         node = v.node

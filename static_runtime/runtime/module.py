@@ -69,7 +69,7 @@ class StaticModule:
 
         self.plan: ExecutionPlan = build_plan(
             self.graph, enable_out_variant=self.options.enable_out_variant,
-            reusable=managed_values if manage else None,
+            managed=managed_values if manage else None,
             copied_outputs=tuple(i for i, v in enumerate(self.graph.outputs)
                                  if may_hold_list_or_dict(v.type)),
             fast_bindings=self.options.fast_bindings)

@@ -86,13 +86,13 @@ class ExecutionPlan:
 
 
 def build_plan(graph: Graph, *, enable_out_variant: bool,
-               reusable: Callable[[Callable[[Node], bool]], tuple[set[Value], set[Value]]]
+               managed: Callable[[Callable[[Node], bool]], tuple[set[Value], set[Value]]]
                | None,
                copied_outputs: tuple[int, ...] = (),
                fast_bindings: bool = True) -> ExecutionPlan:
     """Select an implementation for every node and lay the values out in slots.
 
-    ``reusable`` is given the out-variant predicate and returns the managed intermediates
+    ``managed`` is given the out-variant predicate and returns the managed intermediates
     and the managed outputs (None: manage nothing). Raises ``UnsupportedOperatorError`` for the
     first node nothing can run.
     """
@@ -120,9 +120,9 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
 
     intermediates: set[Value] = set()
     outputs: set[Value] = set()
-    if reusable is not None and enable_out_variant:
-        intermediates, outputs = reusable(lambda n: n in impls and impls[n].tier is Tier.OUT)
-    reused = intermediates | outputs
+    if managed is not None and enable_out_variant:
+        intermediates, outputs = managed(lambda n: n in impls and impls[n].tier is Tier.OUT)
+    in_arena = intermediates | outputs
 
     def process_block(block: Block) -> ProcessedBlock:
         inputs = tuple(slot(v) for v in block.inputs)
@@ -139,7 +139,7 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
                 outputs=tuple(slot(v) for v in node.outputs),
                 control=control,
                 blocks=tuple(process_block(b) for b in node.blocks),
-                managed=len(node.outputs) == 1 and node.output in reused)
+                managed=len(node.outputs) == 1 and node.output in in_arena)
             nodes.append(pn)
         outputs = tuple(slot(v) for v in block.outputs)
         return ProcessedBlock(inputs, outputs, tuple(nodes))
