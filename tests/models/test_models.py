@@ -147,7 +147,8 @@ def test_transformer_fast_path_is_exercised(masked):
     spec = MODELS["transformer_encoder"]
     scripted = _scripted(spec)
     (x,) = spec.example_inputs(2)
-    args = (x, _padding_mask(2, 16, [16, 5])) if masked else (x,)
+    seq = x.shape[1]
+    args = (x, _padding_mask(2, seq, [seq, 5])) if masked else (x,)
     mod = sr.StaticModule(scripted)
     fused = "aten::_transformer_encoder_layer_fwd"
     assert fused in _ran_ops(lambda: mod(*args))
