@@ -48,6 +48,9 @@ class TensorSpec:
     shape: tuple[int, ...]
     offset: int
     nbytes: int
+    #: the recording run's strides: row-major, or channels-last for 4-D tensors that came
+    #: out that way (oneDNN convolutions, and element-wise operators fed by them)
+    strides: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -73,8 +76,11 @@ class Observation:
 
     dtype: torch.dtype
     shape: tuple[int, ...]
-    #: whether it can live in the arena: a contiguous tensor of its own storage
+    #: whether it can live in the arena: a dense tensor of its own storage, row-major or
+    #: channels-last
     fits: bool
+    #: its strides if it fits channels-last but not row-major (None: row-major)
+    strides: tuple[int, ...] | None = None
 
 
 def observe(value: Any, inputs: Sequence[Any]) -> Observation | None:
@@ -82,8 +88,12 @@ def observe(value: Any, inputs: Sequence[Any]) -> Observation | None:
     e.g. its node sits after an early exit — it then stays allocating)."""
     if not isinstance(value, torch.Tensor):
         return None
-    fits = value.is_contiguous() and not _aliases_any(value, inputs)
-    return Observation(value.dtype, tuple(value.shape), fits)
+    row_major = value.is_contiguous()
+    dense = row_major or (
+        value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last))
+    fits = dense and not _aliases_any(value, inputs)
+    return Observation(value.dtype, tuple(value.shape), fits,
+                       None if row_major else tuple(value.stride()))
 
 
 def _aliases_any(t: torch.Tensor, others: Sequence[Any]) -> bool:
@@ -114,18 +124,19 @@ def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observ
         name = lt.value.name
         requests.append(TensorRequest(name, nbytes, lt.start, lt.end))
         names[name] = slot
-        dims[slot] = (obs.dtype, obs.shape)
+        dims[slot] = (obs.dtype, obs.shape, obs.strides)
     plan = PLANNERS[planner](requests, alignment)
     plan = dataclasses.replace(plan, unplanned_bytes=unplanned_bytes)
     specs = tuple(
-        TensorSpec(names[p.request.name], p.request.name, *dims[names[p.request.name]],
-                   p.offset, p.request.size)
+        TensorSpec(names[p.request.name], p.request.name, *dims[names[p.request.name]][:2],
+                   p.offset, p.request.size, dims[names[p.request.name]][2])
         for p in plan.placements)
     outputs, offset = [], 0
     for v in lifetimes.outputs:
         slot = slot_of[v]
         obs = observed.get(slot)
-        if obs is None or not obs.fits:
+        # Outputs are handed out as slices of the output arena: row-major only.
+        if obs is None or not obs.fits or obs.strides is not None:
             unmanaged.add(slot)
             continue
         nbytes = math.prod(obs.shape) * _element_size(obs.dtype)
@@ -161,7 +172,7 @@ def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor) -> dict[int, t
         storage = torch._C._construct_storage_from_data_pointer(
             base + spec.offset, cpu, spec.nbytes)
         t = torch.empty(0, dtype=spec.dtype).set_(
-            storage, 0, spec.shape, _contiguous_strides(spec.shape))
+            storage, 0, spec.shape, spec.strides or _contiguous_strides(spec.shape))
         tensors[spec.slot] = t
     return tensors
 

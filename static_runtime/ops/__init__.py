@@ -5,4 +5,5 @@ Importing the package defines the operators graph preparation introduces
 graph containing them — prepared, or printed and parsed back — resolves their schemas.
 """
 
+from static_runtime.ops.native import fused as _fused  # noqa: F401  (registers)
 from static_runtime.ops.native import specialized as _specialized  # noqa: F401  (registers)

@@ -9,6 +9,7 @@ from static_runtime.passes.alpha import specialize_alpha
 from static_runtime.passes.constant_propagation import constant_propagation
 from static_runtime.passes.dead_code import eliminate_dead_code
 from static_runtime.passes.functionalize import functionalize
+from static_runtime.passes.fusion import fuse_attention, fuse_convolution
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.noops import remove_noops
@@ -23,6 +24,8 @@ PASSES: dict[str, Callable[[Graph], bool]] = {
     "specialize_alpha": specialize_alpha,
     "variadic_cat_stack": variadic_cat_stack,
     "merge_tuple_unpacks": merge_tuple_unpacks,
+    "fuse_attention": fuse_attention,
+    "fuse_convolution": fuse_convolution,
     "eliminate_dead_code": eliminate_dead_code,
     "inplace_activations": inplace_activations,
 }

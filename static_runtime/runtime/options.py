@@ -37,6 +37,10 @@ class StaticModuleOptions:
     specialize_alpha: bool = True
     functionalize: bool = True
     inplace_activations: bool = True
+    #: matmul-softmax-matmul → scaled_dot_product_attention where measured faster
+    fuse_attention: bool = True
+    #: conv2d with constant weight (+ relu) → oneDNN prepacked, fused convolution
+    fuse_convolution: bool = True
 
     #: Run the IR verifier after every pass (slower preparation; for debugging passes).
     verify_passes: bool = False

@@ -1,0 +1,140 @@
+"""Fused operators that graph passes introduce (``passes/fusion.py``), and how they run.
+
+``static_runtime::attention(query, key_t, value, scale, divide, dim)`` is
+``matmul(softmax(matmul(query, key_t) * scale, dim), value)`` (``/ scale`` when ``divide``;
+no scaling when ``scale`` is None). It runs PyTorch's fused
+``scaled_dot_product_attention`` where that was measured faster — 4-D float tensors of
+matching batch and head sizes, softmax over the last dimension, and a query length of at
+most 8 or at most 8 batch × head slices (``benchmarks/sdpa_threshold.py``; at query length 16
+and 64 × 8 heads it is 1.4 × slower than the written-out form) — and the written-out
+operators otherwise, which are exactly the ones it replaced (same values, same errors).
+
+``static_runtime::conv2d_pointwise(input, weight, bias, stride, padding, dilation, groups,
+attr)`` is ``conv2d`` followed by ``relu`` when ``attr`` is ``"relu"``. With a constant
+float32 weight it runs oneDNN's ``_convolution_pointwise`` on a weight reordered once into
+oneDNN's blocked layout, the activation fused into the convolution. Its output is
+channels-last; ``passes/fusion.py`` only rewrites convolutions whose outputs reach nothing
+but layout-insensitive consumers, so that never shows.
+
+Both are defined as PyTorch operators too (``torch.ops.static_runtime.attention``...) with
+the unfused composition as their implementation, so a printed graph parses back and the
+fallback tier could run them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from static_runtime.ir.graph import Node
+from static_runtime.ops.registry import labelled, register_native
+
+ATTENTION = ("static_runtime::attention(Tensor query, Tensor key_t, Tensor value, Scalar? scale, "
+             "bool divide, int dim) -> Tensor")
+CONV2D_POINTWISE = ("static_runtime::conv2d_pointwise(Tensor input, Tensor weight, Tensor? bias, "
+                    "int[] stride, int[] padding, int[] dilation, int groups, str attr) -> Tensor")
+
+#: Largest query length, or batch × heads, at which the fused kernel is used.
+SDPA_MAX_QUERY_LENGTH = 8
+SDPA_MAX_SLICES = 8
+
+_FLOATS = (torch.float32, torch.float64)
+
+
+def attention_reference(query, key_t, value, scale, divide: bool, dim: int):
+    """The operators the fusion replaced, in their order."""
+    scores = torch.matmul(query, key_t)
+    if scale is not None:
+        scores = torch.div(scores, scale) if divide else torch.mul(scores, scale)
+    return torch.matmul(torch.softmax(scores, dim), value)
+
+
+def conv2d_pointwise_reference(input, weight, bias, stride, padding, dilation, groups, attr):
+    out = torch.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    return torch.relu(out) if attr == "relu" else out
+
+
+@register_native("static_runtime::attention")
+def _attention(node: Node):
+    if node.schema != ATTENTION:
+        return None
+    sdpa = torch._C._nn.scaled_dot_product_attention
+    matmul, softmax, mul, div = torch.matmul, torch.softmax, torch.mul, torch.div
+
+    @labelled("scaled_dot_product_attention, or matmul-softmax-matmul (by size)")
+    def attention(query, key_t, value, scale, divide, dim):
+        qs, ks, vs = query.shape, key_t.shape, value.shape
+        if (len(qs) == 4 and len(ks) == 4 and len(vs) == 4 and dim in (-1, 3)
+                and (qs[2] <= SDPA_MAX_QUERY_LENGTH or qs[0] * qs[1] <= SDPA_MAX_SLICES)
+                and qs[:2] == ks[:2] == vs[:2] and qs[3] == ks[2] and ks[3] == vs[2]
+                and query.dtype in _FLOATS and key_t.dtype is query.dtype
+                and value.dtype is query.dtype):
+            factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
+            return sdpa(query, key_t.transpose(-2, -1), value, scale=factor)
+        scores = matmul(query, key_t)
+        if scale is not None:
+            scores = div(scores, scale) if divide else mul(scores, scale)
+        return matmul(softmax(scores, dim), value)
+
+    return attention
+
+
+@register_native("static_runtime::conv2d_pointwise")
+def _conv2d_pointwise(node: Node):
+    if node.schema != CONV2D_POINTWISE:
+        return None
+    from static_runtime.ops.selection import constant_value
+
+    weight = constant_value(node.inputs[1])
+    bias = constant_value(node.inputs[2])
+    args = [constant_value(v) for v in node.inputs[3:]]
+    conv2d, relu = torch.conv2d, torch.relu
+    if (not isinstance(weight, torch.Tensor) or weight.dtype is not torch.float32
+            or weight.dim() != 4 or not torch.backends.mkldnn.is_available()
+            or not (bias is None or isinstance(bias, torch.Tensor))
+            or any(a is NotImplemented for a in args)):
+        @labelled("torch.conv2d (+ relu)")
+        def unfused(x, w, b, stride, padding, dilation, groups, attr):
+            out = conv2d(x, w, b, stride, padding, dilation, groups)
+            return relu(out) if attr == "relu" else out
+
+        return unfused
+    stride, padding, dilation, groups, attr = args
+    packed = torch.ops.mkldnn._reorder_convolution_weight(
+        weight, padding, stride, dilation, groups)
+    pointwise = torch.ops.mkldnn._convolution_pointwise.default
+    channels_last = torch.channels_last
+    unary = "relu" if attr == "relu" else "none"
+
+    # The fused path needs the constants it was prepared for (an identity check): a planning
+    # run on meta tensors passes meta copies, which take the unfused path.
+    @labelled(f"oneDNN _convolution_pointwise ({unary}, prepacked weight)")
+    def fused(x, w, b, stride_, padding_, dilation_, groups_, attr_):
+        if w is weight and b is bias and x.dtype is torch.float32 and x.dim() == 4 \
+                and not x.is_mkldnn and x.device.type == "cpu":
+            return pointwise(x, packed, bias, padding, stride, dilation, groups, unary, [], None)
+        out = conv2d(x, w, b, stride_, padding_, dilation_, groups_)
+        out = relu(out) if attr_ == "relu" else out
+        if out.is_meta and out.dim() == 4:
+            # planning ahead on meta tensors: lay it out as the oneDNN kernel will
+            out = out.contiguous(memory_format=channels_last)
+        return out
+
+    return fused
+
+
+def _define_torch_ops() -> None:
+    lib = torch.library.Library("static_runtime", "FRAGMENT")
+    for schema, impl in ((ATTENTION, attention_reference),
+                         (CONV2D_POINTWISE, conv2d_pointwise_reference)):
+        name = schema.split("::", 1)[1].split("(", 1)[0]
+        if hasattr(torch.ops.static_runtime, name):
+            continue  # already defined (this module imported under another name)
+        lib.define(schema.split("::", 1)[1])
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+    _LIBRARIES.append(lib)
+
+
+#: Keeps the operator definitions alive (dropping a Library object deregisters them).
+_LIBRARIES: list[torch.library.Library] = []
+
+_define_torch_ops()

@@ -1,0 +1,190 @@
+"""Fusions into operators PyTorch has fused kernels for (``ops/native/fused.py`` runs them).
+
+``fuse_attention``: ``matmul(softmax(matmul(q, k_t) * s, dim), v)`` — the written-out
+attention, with the scaling ``* s``, ``/ s`` or none — becomes one
+``static_runtime::attention`` node, which runs ``scaled_dot_product_attention`` where that is
+faster. Only when each intermediate (scores, scaled scores, weights) has that chain as its
+only user, all in one block, ``s`` is a constant number and ``softmax`` has no ``dtype``.
+
+``fuse_convolution``: ``conv2d`` with a constant weight and bias, and constant stride,
+padding, dilation and groups, becomes ``static_runtime::conv2d_pointwise``, taking a ``relu``
+that is its output's only user along (oneDNN runs the pair as one kernel on a weight
+reordered once). The oneDNN kernel writes channels-last output, and a convolution fed a
+channels-last tensor writes channels-last too; the values are the same, the strides are
+not. So a convolution is fused only when everything its output flows into — through other
+convolutions and element-wise operators that keep the layout — is insensitive to layout:
+another convolution, ``relu``, ``add``/``mul`` of tensors, pooling, ``size``, or an
+``adaptive_avg_pool2d`` to 1 × 1 (whose output has the same strides either way). A
+convolution whose region reaches a graph output, a view, a reshape or anything else keeps
+``conv2d``; its output's layout is then what it always was.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from static_runtime.ir import types as T
+from static_runtime.ir.graph import RETURN, Graph, Node, Value
+from static_runtime.ops.native.fused import ATTENTION, CONV2D_POINTWISE
+from static_runtime.passes.constant_propagation import constant_value
+
+_MATMUL = "aten::matmul(Tensor self, Tensor other) -> Tensor"
+_SOFTMAX = "aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor"
+_SCALE = {
+    "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor": False,
+    "aten::div.Scalar(Tensor self, Scalar other) -> Tensor": True,
+}
+_CONV2D = str(torch.ops.aten.conv2d.default._schema)
+_RELU = {"aten::relu(Tensor self) -> Tensor", str(torch.ops.aten.relu_.default._schema)}
+
+
+# --------------------------------------------------------------------------- attention
+
+
+def fuse_attention(graph: Graph) -> bool:
+    changed = False
+    for node in list(graph.walk()):
+        if node.owning_block is not None and node.schema == _MATMUL:
+            changed |= _fuse_attention_at(graph, node)
+    return changed
+
+
+def _only_use_is(value: Value, node: Node) -> bool:
+    return len(value.uses) == 1 and value.uses[0].user is node \
+        and value.node.owning_block is node.owning_block
+
+
+def _fuse_attention_at(graph: Graph, last: Node) -> bool:
+    weights, value = last.inputs
+    softmax = weights.node
+    if softmax.schema != _SOFTMAX or not _only_use_is(weights, last):
+        return False
+    known_dim, dim = constant_value(softmax.inputs[1])
+    known_dtype, dtype = constant_value(softmax.inputs[2])
+    if not (known_dim and type(dim) is int and known_dtype and dtype is None):
+        return False
+    scores = softmax.inputs[0]
+    chain = [last, softmax]
+    scale, divide = None, False
+    if scores.node.schema in _SCALE:
+        scaling = scores.node
+        known, scale = constant_value(scaling.inputs[1])
+        if not (known and type(scale) in (int, float)) or not _only_use_is(scores, softmax):
+            return False
+        divide = _SCALE[scaling.schema]
+        chain.append(scaling)
+        scores_user, scores = scaling, scaling.inputs[0]
+    else:
+        scores_user = softmax
+    first = scores.node
+    if first.schema != _MATMUL or not _only_use_is(scores, scores_user):
+        return False
+    chain.append(first)
+    query, key_t = first.inputs
+
+    consts = [graph.constant(scale, T.Float if type(scale) is float else T.Int, before=last)
+              if scale is not None else graph.constant(None, T.NoneT, before=last),
+              graph.constant(divide, T.Bool, before=last),
+              graph.constant(dim, T.Int, before=last)]
+    fused = graph.create("static_runtime::attention", [query, key_t, value, *consts],
+                         output_types=[last.output.type])
+    fused.schema = ATTENTION
+    fused.source = last.source
+    fused.insert_before(last)
+    name = last.output.name
+    last.output.replace_all_uses_with(fused.output)
+    for node in chain:  # users before producers
+        node.destroy()
+    fused.output.set_name(name)
+    return True
+
+
+# --------------------------------------------------------------------------- convolution
+
+#: Element-wise operators whose output takes its layout from its inputs.
+_KEEPS_LAYOUT = {
+    "aten::relu", "aten::relu_", "static_runtime::add", "aten::add", "aten::add_",
+    "aten::mul", "aten::mul_", "static_runtime::sub", "aten::sub", "aten::sub_",
+    "aten::max_pool2d", "aten::avg_pool2d", "aten::conv2d",
+}
+#: Operators whose result does not depend on their input's layout.
+_LAYOUT_BLIND = {"aten::size", "aten::dim", "aten::numel"}
+
+
+def fuse_convolution(graph: Graph) -> bool:
+    candidates = [n for n in graph.walk() if _fusable_conv(n)]
+    fused = set(candidates)
+    while True:
+        escaped = _escaping_sources(fused)
+        if not escaped:
+            break
+        fused -= escaped
+    for conv in candidates:
+        if conv in fused:
+            _rewrite_conv(graph, conv)
+    return bool(fused)
+
+
+def _fusable_conv(node: Node) -> bool:
+    if node.schema != _CONV2D:
+        return False
+    known_w, weight = constant_value(node.inputs[1])
+    known_b, bias = constant_value(node.inputs[2])
+    if not (known_w and isinstance(weight, torch.Tensor) and weight.dim() == 4
+            and weight.dtype is torch.float32 and not weight.is_mkldnn):
+        return False
+    if not known_b or not (bias is None or isinstance(bias, torch.Tensor)):
+        return False
+    return all(constant_value(v)[0] for v in node.inputs[3:])
+
+
+def _escaping_sources(fused: set[Node]) -> set[Node]:
+    """The fused convolutions whose channels-last output may reach a layout-sensitive use."""
+    origins: dict[Value, set[Node]] = {conv.output: {conv} for conv in fused}
+    work = list(origins)
+    escaped: set[Node] = set()
+    while work:
+        value = work.pop()
+        sources = origins[value]
+        for use in value.uses:
+            user = use.user
+            if user in fused and use.index == 0:
+                continue
+            if user.kind in _LAYOUT_BLIND or _pools_to_one(user):
+                continue
+            if user.kind in _KEEPS_LAYOUT and user.kind != RETURN:
+                for out in user.outputs:
+                    before = origins.setdefault(out, set())
+                    if not sources <= before:
+                        before |= sources
+                        work.append(out)
+                continue
+            escaped |= sources
+    return escaped
+
+
+def _pools_to_one(node: Node) -> bool:
+    if node.kind != "aten::adaptive_avg_pool2d":
+        return False
+    known, size = constant_value(node.inputs[1])
+    return known and size in ([1, 1], (1, 1), 1, [1])
+
+
+def _rewrite_conv(graph: Graph, conv: Node) -> None:
+    out = conv.output
+    relu = out.uses[0].user if len(out.uses) == 1 else None
+    fuse_relu = (relu is not None and relu.schema in _RELU
+                 and relu.owning_block is conv.owning_block)
+    attr = graph.constant("relu" if fuse_relu else "none", T.Str, before=conv)
+    fused = graph.create("static_runtime::conv2d_pointwise", [*conv.inputs, attr],
+                         output_types=[out.type])
+    fused.schema = CONV2D_POINTWISE
+    fused.source = conv.source
+    fused.insert_before(conv)
+    last = relu if fuse_relu else conv
+    name = last.output.name
+    last.output.replace_all_uses_with(fused.output)
+    if fuse_relu:
+        relu.destroy()
+    conv.destroy()
+    fused.output.set_name(name)

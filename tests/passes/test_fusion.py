@@ -1,0 +1,188 @@
+"""fuse_attention and fuse_convolution: rewritten where they apply, same results, and left
+alone where they would change what a caller can see."""
+
+import pytest
+import torch
+from differential import check, script
+from passes_helpers import NO_PASSES, only
+
+import static_runtime as sr
+
+ATTENTION_TAIL = """
+    return torch.matmul(torch.softmax(scores, -1), v)
+"""
+
+
+def kinds(model, options=None) -> list[str]:
+    return [n.kind for n in sr.prepare(script(model), options).walk()
+            if n.kind != "prim::Constant"]
+
+
+def ran(fn) -> set[str]:
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.key for e in prof.key_averages()}
+
+
+def qkv(batch, heads, length, dim=8, dtype=torch.float32):
+    g = torch.Generator().manual_seed(batch * 100 + length)
+    q, k, v = (torch.randn(batch, heads, length, dim, generator=g, dtype=dtype)
+               for _ in range(3))
+    return [q, k.transpose(-1, -2).contiguous(), v]
+
+
+SCALINGS = {
+    "mul": "scores = torch.matmul(q, k_t) * 0.125",
+    "div": "scores = torch.matmul(q, k_t) / 2.5",
+    "int": "scores = torch.matmul(q, k_t) * 2",
+    "none": "scores = torch.matmul(q, k_t)",
+}
+
+
+@pytest.mark.parametrize("scaling", list(SCALINGS))
+def test_attention_is_fused_and_agrees_on_both_paths(scaling):
+    src = f"""
+def f(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor):
+    {SCALINGS[scaling]}""" + ATTENTION_TAIL
+    assert kinds(src) == ["static_runtime::attention"]
+    assert "static_runtime::attention" not in kinds(src, only("inline"))
+    # query length 4: the fused kernel; length 16 at 4 × 8 slices: the written-out operators
+    mods = check(src, qkv(1, 2, 4), qkv(4, 8, 16), options={"only": only("fuse_attention"),
+                                                           "none": NO_PASSES})
+    mod = mods["only"]
+    assert any("scaled_dot_product" in k for k in ran(lambda: mod(*qkv(1, 2, 4))))
+    assert not any("scaled_dot_product" in k for k in ran(lambda: mod(*qkv(4, 8, 16))))
+
+
+def test_attention_other_ranks_and_dtypes_take_the_written_out_path():
+    src = """
+def f(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor):
+    scores = torch.matmul(q, k_t) * 0.5""" + ATTENTION_TAIL
+    three_d = [t[0] for t in qkv(1, 3, 5)]
+    check(src, three_d, qkv(2, 2, 3, dtype=torch.float64))
+    ints = [torch.randint(-3, 3, (1, 2, 4, 4)) for _ in range(3)]
+    check(src, ints)  # softmax of an int tensor raises in both
+
+
+def test_attention_mismatched_shapes_raise_as_the_interpreter_does():
+    src = """
+def f(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor):
+    scores = torch.matmul(q, k_t) * 0.5""" + ATTENTION_TAIL
+    q, k_t, v = qkv(1, 2, 4)
+    mod = sr.StaticModule(script(src))
+    with pytest.raises(RuntimeError, match="size|shape|dimension"):
+        mod(q, k_t, torch.randn(1, 2, 5, 8))
+    torch.testing.assert_close(mod(q, k_t, v), script(src)(q, k_t, v))
+
+
+@pytest.mark.parametrize("src", [
+    # the weights are returned too
+    """
+def f(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor):
+    w = torch.softmax(torch.matmul(q, k_t) * 0.5, -1)
+    return torch.matmul(w, v), w
+""",
+    # the scale is not a constant
+    """
+def f(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor, s: float):
+    return torch.matmul(torch.softmax(torch.matmul(q, k_t) * s, -1), v)
+""",
+    # softmax with a dtype
+    """
+def f(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor):
+    return torch.matmul(torch.softmax(torch.matmul(q, k_t), -1, torch.float64), v.double())
+""",
+], ids=["weights_used", "scale_not_constant", "softmax_dtype"])
+def test_attention_not_fused(src):
+    assert "static_runtime::attention" not in kinds(src)
+
+
+def test_attention_model_uses_it():
+    from static_runtime.models import MODELS
+
+    model = MODELS["multi_head_attention"].build()
+    assert "static_runtime::attention" in kinds(torch.jit.script(model))
+
+
+# --------------------------------------------------------------------------- convolution
+
+
+class ConvNet(torch.nn.Module):
+    """conv-relu, conv + residual add, relu, pooled to 1 x 1 and flattened: every conv output
+    stays inside the network."""
+
+    def __init__(self, cin=3, c=8):
+        super().__init__()
+        self.a = torch.nn.Conv2d(cin, c, 3, stride=2, padding=1)
+        self.b = torch.nn.Conv2d(c, c, 3, padding=1)
+        self.c = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.fc = torch.nn.Linear(c, 4)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        z = torch.relu(self.c(torch.relu(self.b(y))) + y)
+        return self.fc(torch.flatten(torch.nn.functional.adaptive_avg_pool2d(z, 1), 1))
+
+
+def images(batch, size, cin=3):
+    return [torch.randn(batch, cin, size, size, generator=torch.Generator().manual_seed(size))]
+
+
+def test_convolutions_fused_with_their_relu():
+    net = torch.jit.script(ConvNet().eval())
+    ks = kinds(net)
+    assert ks.count("static_runtime::conv2d_pointwise") == 3 and "aten::conv2d" not in ks
+    assert ks.count("aten::relu") + ks.count("aten::relu_") == 1  # after the residual add
+    check(net, images(1, 12), images(3, 9))
+
+
+def test_fused_convolution_runs_onednn():
+    net = torch.jit.script(ConvNet().eval())
+    mod = sr.StaticModule(net)
+    ops = ran(lambda: mod(*images(2, 10)))
+    assert "mkldnn::_convolution_pointwise" in ops and "aten::conv2d" not in ops
+
+
+class ConvOut(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.b = torch.nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        y = torch.relu(self.a(x))
+        return self.b(y) + 1, y.view(-1).sum()
+
+
+def test_a_convolution_whose_layout_is_visible_is_not_fused():
+    """Both convolutions' outputs reach a graph output or a view: fusing either would hand
+    the caller (or view) a channels-last tensor."""
+    net = torch.jit.script(ConvOut().eval())
+    assert "static_runtime::conv2d_pointwise" not in kinds(net)
+    mods = check(net, images(1, 6), images(2, 5))
+    out, _ = mods["default"](*images(2, 5))
+    assert out.is_contiguous()
+
+
+def test_convolution_with_non_constant_weight_is_not_fused():
+    src = """
+def f(x: torch.Tensor, w: torch.Tensor):
+    return torch.flatten(torch.nn.functional.adaptive_avg_pool2d(torch.relu(torch.conv2d(x, w)), 1), 1)
+"""
+    assert "static_runtime::conv2d_pointwise" not in kinds(src)
+
+
+def test_fused_convolution_other_inputs_take_the_plain_path():
+    """float64 or a channels-last input: same values as the interpreter."""
+    net = torch.jit.script(ConvNet().eval())
+    x = images(2, 8)[0]
+    check(net, [x.contiguous(memory_format=torch.channels_last)], [x[:, :, ::2, ::2]])
+    mod = sr.StaticModule(net)
+    with pytest.raises(RuntimeError):
+        mod(x.double())  # float64 input, float32 weights: conv2d refuses, as in the module
+
+
+def test_options_switch_fusions_off():
+    net = torch.jit.script(ConvNet().eval())
+    off = sr.StaticModuleOptions(fuse_convolution=False)
+    assert "static_runtime::conv2d_pointwise" not in kinds(net, off)
