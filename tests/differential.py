@@ -32,7 +32,8 @@ OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
         enable_out_variant=False, optimize_memory=False, constant_propagation=False,
         remove_noops=False, variadic_cat_stack=False, merge_tuple_unpacks=False,
         specialize_alpha=False, functionalize=False, eliminate_dead_code=False,
-        inplace_activations=False, fuse_attention=False, fuse_convolution=False),
+        inplace_activations=False, fuse_attention=False, fuse_convolution=False,
+        fold_batchnorm=False),
 }
 
 

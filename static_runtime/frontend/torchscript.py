@@ -99,7 +99,9 @@ def load_archive(path: str | os.PathLike) -> torch.jit.ScriptModule:
 
 
 def _import_module(module: torch.jit.ScriptModule, *, freeze: bool) -> Graph:
-    if freeze:
+    # A module torch.jit.freeze already froze has lost its ``training`` attribute; it is
+    # taken as it is (freezing again would fail).
+    if freeze and module._c.hasattr("training"):
         # Freezing needs eval mode; afterwards every submodule gets its own flag back (a
         # recursive ``train(was_training)`` would overwrite a submodule the user set apart).
         was_training = [(m, m.training) for m in module.modules()]

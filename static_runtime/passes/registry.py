@@ -8,6 +8,7 @@ from static_runtime.ir.graph import Graph
 from static_runtime.passes.alpha import specialize_alpha
 from static_runtime.passes.constant_propagation import constant_propagation
 from static_runtime.passes.dead_code import eliminate_dead_code
+from static_runtime.passes.fold import fold_batchnorm
 from static_runtime.passes.functionalize import functionalize
 from static_runtime.passes.fusion import fuse_attention, fuse_convolution
 from static_runtime.passes.inline import inline
@@ -24,6 +25,7 @@ PASSES: dict[str, Callable[[Graph], bool]] = {
     "specialize_alpha": specialize_alpha,
     "variadic_cat_stack": variadic_cat_stack,
     "merge_tuple_unpacks": merge_tuple_unpacks,
+    "fold_batchnorm": fold_batchnorm,
     "fuse_attention": fuse_attention,
     "fuse_convolution": fuse_convolution,
     "eliminate_dead_code": eliminate_dead_code,

@@ -37,6 +37,8 @@ class StaticModuleOptions:
     specialize_alpha: bool = True
     functionalize: bool = True
     inplace_activations: bool = True
+    #: batch_norm (inference) after a convolution with constant weights → folded into them
+    fold_batchnorm: bool = True
     #: matmul-softmax-matmul → scaled_dot_product_attention where measured faster
     fuse_attention: bool = True
     #: conv2d with constant weight (+ relu) → oneDNN prepacked, fused convolution
