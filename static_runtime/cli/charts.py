@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 #: Colour per implementation tier (``Tier`` values), and for kinds whose nodes have several.
@@ -43,7 +44,7 @@ def node_kind_chart(path: str | Path, rows: list[tuple[str, float, float, int, s
                 f"{us:.1f} µs  {pct:.1f}%", va="center", fontsize=8)
     ax.set_xlabel("time per call (µs, mean over the profiled runs; a node kind's nodes summed)")
     ax.set_ylabel("node kind × number of nodes")
-    ax.set_title(f"{title}\n{subtitle}", fontsize=11)
+    ax.set_title("\n".join([title, *textwrap.wrap(subtitle, 120)]), fontsize=10)
     ax.grid(axis="x", linestyle=":", alpha=0.6)
     ax.set_axisbelow(True)
     used = list(dict.fromkeys(tier for *_, tier in rows))

@@ -164,7 +164,7 @@ def format_bytes(n: float | None) -> str:
 
 
 def console_for(as_json: bool) -> Console:
-    """Progress and tables: to stderr when stdout carries JSON; at least 100 columns wide
+    """Progress and tables: to stderr when stdout carries JSON; 110 columns wide
     when the output is not a terminal (a file, a test), so tables are not squeezed."""
     probe = Console(stderr=as_json)
-    return Console(stderr=as_json, width=None if probe.is_terminal else 100)
+    return Console(stderr=as_json, width=None if probe.is_terminal else 110)

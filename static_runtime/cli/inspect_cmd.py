@@ -138,7 +138,7 @@ def inspect(model: str, input_specs: tuple[str, ...], inputs_file: str | None, b
         console.print("no memory plan yet: memory is planned per input signature; give the "
                       "inputs (--input SHAPE:DTYPE ... or --inputs-file FILE) to see it")
         return
-    console.print(f"inputs {describe_inputs(args)}: {plan.summary()}", markup=False)
+    console.print(f"inputs {describe_inputs(args)}:", markup=False)
     console.print(plan.timeline(), markup=False, highlight=False)
     if plot_memory:
         console.print(f"plot: {plot_memory}")

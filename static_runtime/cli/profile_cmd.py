@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from collections import defaultdict
 from typing import Any
 
@@ -41,7 +42,8 @@ def node_rows(mod: sr.StaticModule, m: sr.IndividualMetrics) -> list[dict[str, A
                    if plan is not None and pn.managed and name in plan else 0)
         tier = "control flow" if pn.control is not Control.NONE else pn.tier.value
         rows.append({"index": k, "kind": pn.kind, "tier": tier,
-                     "implementation": pn.impl.label if pn.control is Control.NONE else "",
+                     "implementation": (pn.impl.label.split(" (")[0]
+                                            if pn.control is Control.NONE else ""),
                      "us": ms * 1e3, "percent": 100.0 * ms / total, "managed_bytes": managed,
                      "source": pn.node.source or ""})
     return rows
@@ -103,7 +105,7 @@ def profile(model: str, input_specs: tuple[str, ...], inputs_file: str | None, b
     if chart:
         node_kind_chart(chart, [(k["kind"], k["us"], k["percent"], k["nodes"], k["tier"])
                                 for k in kinds],
-                        f"Time per node kind: {model}",
+                        f"Time per node kind: {Path(model).name}",
                         f"inputs {describe_inputs(args)}; {executor} executor, {threads} "
                         f"thread(s); mean of {runs} calls, {m.total_time * 1e3:.1f} µs per call")
     if as_json:

@@ -489,25 +489,32 @@ class CodegenExecutor(Interpreter):
         return frozenset(s for s in self._managed
                          if values[s] is not None and s not in self.unkept)
 
-    def profiled_function(self, timed: bool) -> Callable[..., Any]:
-        """The profiler's variant of the generated function for the current layout: it does
-        not check the input signature (call ``prepare`` before each call, ``finish`` after)
-        and, if ``timed``, returns ``(outputs, stamps)`` (see ``generate``). Exceptions are
-        then mapped to nodes through it: meant for an executor of the profiler's own."""
-        code = generate(self.plan, self._arena_slots(), self.codes.title, timed=timed)
+    def profiled_function(self, timed: bool) -> tuple[Callable[..., Any], bool]:
+        """The profiler's copy of the generated function for the current layout (call
+        ``prepare`` first), and whether a call needs ``prepare`` before it (as ``run``
+        does); call ``finish`` after. If ``timed`` it returns ``(outputs, stamps)`` (see
+        ``generate``). Exceptions are then mapped to nodes through it: meant for an
+        executor of the profiler's own."""
+        self._fast or self._bind()
+        code = generate(self.plan, self._arena_slots(), self.codes.title, self._guard(),
+                        timed=timed)
         self._code = code
-        return code.factory(*[self.values[s] for s in code.arena_slots], self._refused,
-                            self._key)
+        fn = code.factory(*[self.values[s] for s in code.arena_slots], self._refused, self._key)
+        return fn, not self._direct
+
+    def _guard(self) -> tuple[bool, ...] | None:
+        # Check the signature inside the generated code when memory is planned per
+        # signature and no output arena needs its own check before a call.
+        guarded = self._key is not None and not (self.layout and self.layout.outputs)
+        return tuple(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype)
+                     for k in self._key) if guarded else None
 
     def _bind(self) -> Callable[..., list[Any]]:
         values = self.values
         arena = self._arena_slots()
         layout_id = id(self.layout) if self.layout is not None else None
-        # Check the signature inside the generated code when memory is planned per
-        # signature and no output arena needs its own check before a call.
-        guarded = self._key is not None and not (self.layout and self.layout.outputs)
-        guard = tuple(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype)
-                      for k in self._key) if guarded else None
+        guard = self._guard()
+        guarded = guard is not None
         code = self.codes.get(arena, layout_id, guard)
         self._code = code
         self._fast = code.factory(*[values[s] for s in code.arena_slots], self._refused,

@@ -14,7 +14,6 @@ reference interpreter; under ``executor="interpreter"`` they are taken in the no
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -37,8 +36,8 @@ class IndividualMetrics:
     ``setup_time``: binding the arguments to the graph's inputs (PyTorch: ``set_inputs``).
     ``first_iter_time``: the first call on a fresh executor (records sizes and plans the
     arena if the module has not seen this input signature; generates code).
-    ``memory_alloc_time``: making the call's managed memory current (the signature check,
-    installing a layout when it changes). ``memory_dealloc_time``: releasing what the call
+    ``memory_alloc_time``: making the call's managed memory current (the input signature
+    check — in generated code, its first lines — and installing a layout when it changes). ``memory_dealloc_time``: releasing what the call
     still holds after its last node (generated code: the function's return, which drops its
     locals; interpreter: clearing the value array). ``output_dealloc_time``: dropping the
     outputs. ``total_time``: a whole iteration of the profiled loop, clock readings
@@ -65,20 +64,24 @@ class IndividualMetrics:
 class Overhead:
     """What per-node timing costs. ``untimed_ms``/``timed_ms``: one iteration of the same
     loop (memory setup, the nodes, the return, finishing the outputs) without and with the
-    clock readings; ``call_ms``: an ordinary call of the runtime, for reference (medians of
-    alternated samples). ``fraction``: the median over samples of ``timed / untimed - 1``
-    for adjacent samples (0.03: the readings add 3 % to an iteration)."""
+    clock readings; ``call_ms``: an ordinary call of the runtime, for reference. Each is the
+    fastest of many short alternated samples: load from elsewhere only ever adds time, so
+    the fastest sample is the least disturbed one. ``fraction = timed / untimed - 1``
+    (0.03: the readings add 3 % to a call)."""
 
     untimed_ms: float
     timed_ms: float
     call_ms: float
-    fraction: float
     nodes: int
     samples: int
 
     @property
+    def fraction(self) -> float:
+        return self.timed_ms / self.untimed_ms - 1.0
+
+    @property
     def ns_per_node(self) -> float:
-        return self.fraction * self.untimed_ms * 1e6 / max(self.nodes, 1)
+        return (self.timed_ms - self.untimed_ms) * 1e6 / max(self.nodes, 1)
 
 
 def _ms(ns: int) -> float:
@@ -114,6 +117,7 @@ class _Loop:
         self.guard = runtime.guard
         self._timed_fn: Callable[..., Any] | None = None
         self._plain_fn: Callable[..., Any] | None = None
+        self._prepare = True
         self._singletons = [(pn,) for pn in self.nodes]
 
     def first(self) -> int:
@@ -127,18 +131,20 @@ class _Loop:
         interp = self.interp
         if isinstance(interp, CodegenExecutor):
             interp.prepare(self.inputs)
-            self._plain_fn = interp.profiled_function(timed=False)
-            self._timed_fn = interp.profiled_function(timed=True)
+            self._plain_fn, self._prepare = interp.profiled_function(timed=False)
+            self._timed_fn, _ = interp.profiled_function(timed=True)
 
     def once(self, timed: bool) -> tuple[Any, tuple[int, ...] | None]:
         interp, inputs = self.interp, self.inputs
         if self._timed_fn is not None:
             if not timed:
-                interp.prepare(inputs)
+                if self._prepare:
+                    interp.prepare(inputs)
                 outs = self._plain_fn(*inputs)
                 return interp.finish(outs, inputs), None
             t0 = _clock()
-            interp.prepare(inputs)
+            if self._prepare:
+                interp.prepare(inputs)
             outs, stamps = self._timed_fn(*inputs)
             t1 = _clock()
             outs = interp.finish(outs, inputs)
@@ -223,7 +229,7 @@ def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
     """Time the profiled loop without and with its clock readings, and plain calls of the
     runtime, alternated: ``samples`` samples of each, a sample being as many iterations as
     fit in about ``sample_ms`` (many short samples, so that a burst of load from elsewhere
-    spoils few of them); medians."""
+    spoils few of them); the fastest of each (see ``Overhead``)."""
     if samples < 1:
         raise ValueError("samples must be at least 1")
     with runtime.guard():
@@ -252,9 +258,7 @@ def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
         untimed.append(_ms(middle - start) / runs)
         timed.append(_ms(end - middle) / runs)
         calls.append(benchmark(runtime, args, kwargs, 0, runs))
-    fraction = statistics.median(t / u - 1.0 for t, u in zip(timed, untimed))
-    return Overhead(statistics.median(untimed), statistics.median(timed),
-                    statistics.median(calls), fraction, len(loop.nodes), samples)
+    return Overhead(min(untimed), min(timed), min(calls), len(loop.nodes), samples)
 
 
 def format_metrics(m: IndividualMetrics) -> str:
