@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import click
