@@ -74,6 +74,8 @@ class Runner:
     first_call_seconds: float = float("nan")
     caveats: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    #: tensor bytes the runner keeps between calls (our arena); None: none that it knows of
+    held_bytes: Callable[[], int] | None = None
 
 
 @dataclass
@@ -142,7 +144,9 @@ def _make_pytorch_static_runtime(s: _Setup) -> Callable[[], Any]:
 
 
 def _make_static_runtime(s: _Setup) -> Callable[[], Any]:
-    rt = sr.StaticModule(s.scripted).runtime()
+    mod = sr.StaticModule(s.scripted)
+    s.details["module"] = mod
+    rt = mod.runtime()
     inputs = s.inputs
     return lambda: rt(*inputs)
 
@@ -417,7 +421,8 @@ def make_runners(model: torch.nn.Module, inputs: tuple, *,
             fn()  # first call outside timing; also proves the peer can run the model
             first = time.perf_counter() - start
             runners.append(Runner(name, fn, setup, first_call_seconds=first,
-                                  caveats=s.caveats, details=s.details))
+                                  caveats=s.caveats, details=s.details,
+                                  held_bytes=_arena_bytes(s.details.pop("module", None))))
         except Exception as e:  # noqa: BLE001  (a peer that cannot run the model is reported)
             reason = _reason(e)
             s.details["error"] = f"{type(e).__name__}: {str(e).strip()[:4000]}"
@@ -501,3 +506,157 @@ def time_runners(runners: list[Runner], *, repeats: int = 15, calls: int = 50,
         if progress is not None:
             progress(k)
     return timings
+
+
+# --------------------------------------------------------------------------- TorchScript archives
+
+ARCHIVE_RUNNERS = ("torchscript", "torchscript_frozen", "pytorch_static_runtime",
+                   "static_runtime")
+
+
+def _arena_bytes(mod: sr.StaticModule | None) -> Callable[[], int] | None:
+    """Bytes of ``mod``'s most recent arena, read when asked (after the runner's calls)."""
+    if mod is None:
+        return None
+
+    def held() -> int:
+        try:
+            return mod.memory_plan().arena_bytes
+        except RuntimeError:  # memory planning off, or no plan yet: no arena is held
+            return 0
+
+    return held
+
+
+def make_archive_runners(path: str | Path, inputs: tuple, *,
+                         module: sr.StaticModule | None = None) -> list[Runner]:
+    """Runners for a TorchScript archive (``ARCHIVE_RUNNERS``; eager PyTorch is not
+    available: the archive holds no Python code): the TorchScript interpreter on
+    ``torch.jit.load(path)`` (the reference), the same frozen, PyTorch's C++ Static Runtime,
+    and ours (``module`` if given, else ``StaticModule(path)``). Peers that cannot run the
+    model are reported with a note, as by ``make_runners``."""
+    path = str(path)
+
+    def loaded() -> torch.jit.ScriptModule:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return torch.jit.load(path, map_location="cpu").eval()
+
+    def make_torchscript() -> Callable[[], Any]:
+        return _in_inference_mode(loaded(), inputs)
+
+    def make_frozen() -> Callable[[], Any]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return _in_inference_mode(torch.jit.freeze(loaded()), inputs)
+
+    def make_cpp() -> Callable[[], Any]:
+        sm = torch._C._jit_to_static_module(loaded()._c)
+        return lambda: sm(*inputs)
+
+    held = {}
+
+    def make_ours() -> Callable[[], Any]:
+        mod = module if module is not None else sr.StaticModule(path)
+        held["fn"] = _arena_bytes(mod)
+        rt = mod.runtime()
+        return lambda: rt(*inputs)
+
+    factories = {"torchscript": make_torchscript, "torchscript_frozen": make_frozen,
+                 "pytorch_static_runtime": make_cpp, "static_runtime": make_ours}
+    runners: list[Runner] = []
+    for name, factory in factories.items():
+        try:
+            start = time.perf_counter()
+            fn = factory()
+            setup = time.perf_counter() - start
+            start = time.perf_counter()
+            fn()
+            first = time.perf_counter() - start
+            runners.append(Runner(name, fn, setup, first_call_seconds=first,
+                                  held_bytes=held.get("fn") if name == "static_runtime"
+                                  else None))
+        except Exception as e:  # noqa: BLE001  (a peer that cannot run the model is reported)
+            runners.append(Runner(name, _refused(_reason(e)), float("nan"), note=_reason(e),
+                                  details={"error": f"{type(e).__name__}: {str(e)[:4000]}"}))
+    return runners
+
+
+# --------------------------------------------------------------------------- memory
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """Tensor memory of one steady-state call, as PyTorch's CPU allocator sees it.
+
+    ``peak_bytes``: the most bytes allocated during the call and not yet freed, above what
+    was allocated when it began (outputs included; weights, which exist before, are not).
+    ``allocated_bytes``: all bytes allocated during the call. ``held_bytes``: tensor memory
+    the runner keeps between calls (our arena: PyTorch's C++ Static Runtime allocates and
+    frees its managed buffer within each call, so it shows up in its peak instead).
+    ``total_bytes = peak_bytes + held_bytes``: what a call needs.
+    """
+
+    peak_bytes: int
+    allocated_bytes: int
+    allocations: int
+    held_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.peak_bytes + self.held_bytes
+
+
+def measure_memory(runner: Runner) -> MemoryFigures:
+    """Run ``runner`` once under ``torch.profiler`` with memory profiling and replay the
+    allocator's events in order (the allocation events of the profiler's event tree carry
+    each allocation's size, negative for a free). The output is dropped inside the window."""
+    from torch._C._profiler import _EventType
+    from torch.profiler import ProfilerActivity, profile
+
+    if runner.note:
+        raise ValueError(f"{runner.name} cannot run the model: {runner.note}")
+    fn = runner.fn
+    fn()
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+        out = fn()
+        del out
+    sizes: list[tuple[int, int]] = []
+    stack = list(p.profiler.kineto_results.experimental_event_tree())
+    while stack:
+        e = stack.pop()
+        if e.tag == _EventType.Allocation:
+            sizes.append((e.start_time_ns, e.extra_fields.alloc_size))
+        stack.extend(e.children)
+    sizes.sort()
+    live = peak = allocated = count = 0
+    for _, n in sizes:
+        live += n
+        peak = max(peak, live)
+        if n > 0:
+            allocated += n
+            count += 1
+    held = runner.held_bytes() if runner.held_bytes is not None else 0
+    return MemoryFigures(peak, allocated, count, held)
+
+
+class _quiet_stderr:
+    """Silence file descriptor 2 (the profiler's C++ start/stop log lines) for a block."""
+
+    def __enter__(self):
+        import os
+        import sys
+
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        self._null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(self._null, 2)
+        return self
+
+    def __exit__(self, *exc):
+        import os
+
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        os.close(self._null)
+        return False

@@ -24,15 +24,24 @@ def registered_passes() -> dict[str, GraphPass]:
     return PASSES
 
 
-def run_passes(graph: Graph, enabled: dict[str, bool], *, verify_each: bool = False) -> list[str]:
-    """Run the enabled passes in ``PASS_ORDER``, in place; return the names that changed it."""
+#: Called after each pass that ran: ``(pass name, whether it changed the graph, the graph)``.
+PassObserver = Callable[[str, bool, Graph], None]
+
+
+def run_passes(graph: Graph, enabled: dict[str, bool], *, verify_each: bool = False,
+               observer: PassObserver | None = None) -> list[str]:
+    """Run the enabled passes in ``PASS_ORDER``, in place; return the names that changed it.
+    ``observer`` (if given) sees the graph after each pass that ran."""
     passes = registered_passes()
     changed: list[str] = []
     for name in PASS_ORDER:
         if not enabled.get(name, True) or name not in passes:
             continue
-        if passes[name](graph):
+        did = bool(passes[name](graph))
+        if did:
             changed.append(name)
         if verify_each:
             verify(graph)
+        if observer is not None:
+            observer(name, did, graph)
     return changed

@@ -26,6 +26,7 @@ import keyword
 import linecache
 import math
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,14 +134,18 @@ def _literal(value: Any) -> str | None:
 
 class _Emitter:
     def __init__(self, plan: ExecutionPlan, arena: frozenset[int], title: str,
-                 guard: tuple[bool, ...] | None):
+                 guard: tuple[bool, ...] | None, timed: bool = False):
         self.plan = plan
+        #: the profiler's variant: a clock reading after each top-level node, returned
+        #: with the outputs (``benchmark_individual_ops``)
+        self.timed = timed
+        self.stamps: list[str] = []
         self.arena = arena  # managed slots whose tensors live in the arena for this layout
         self.title = title
         #: per input, whether it is a tensor (None: the code does not check the signature)
         self.guard = guard
         self.names = _Names()
-        self.names.used.update({"_refused", "_key", "_sig", "SignatureChanged"})
+        self.names.used.update({"_refused", "_key", "_sig", "SignatureChanged", "_clock"})
         self.globals: dict[str, Any] = {}
         self.lines: list[str] = []
         self.line_nodes: dict[int, tuple[ProcessedNode, ...]] = {}
@@ -189,6 +194,8 @@ class _Emitter:
                     self.emit(indent, f"del {', '.join(names)}")
                     for s in dead:
                         self.top_defined.discard(s)
+            if top and self.timed:
+                self.stamp(indent)
 
     def node(self, pn: ProcessedNode, indent: int) -> None:
         if pn.control is Control.IF:
@@ -296,6 +303,11 @@ class _Emitter:
             targets = [self.local(s) for s in pn.outputs]
             self.emit(indent, f"{', '.join(targets)}, = {', '.join(params)},")
 
+    def stamp(self, indent: int) -> None:
+        name = self.names.fresh(f"_t{len(self.stamps)}")
+        self.stamps.append(name)
+        self.emit(indent, f"{name} = _clock()")
+
     def _constant_true(self, slot: int) -> bool:
         return self.expr.get(slot) == "True"
 
@@ -334,9 +346,15 @@ class _Emitter:
             header.append(f"        if {' or '.join(checks)}:")
             header.append("            raise SignatureChanged")
         self.lines = []
+        if self.timed:
+            self.globals["_clock"] = time.perf_counter_ns
+            self.stamp(2)
         self.block(plan.block, 2, top=True)
         outs = ", ".join(self.expr[s] for s in plan.block.outputs)
-        self.emit(2, f"return [{outs}]")
+        if self.timed:
+            self.emit(2, f"return [{outs}], ({', '.join(self.stamps)},)")
+        else:
+            self.emit(2, f"return [{outs}]")
         self.emit(1, "return run")
         body_offset = len(header)
         self.line_nodes = {line + body_offset: pn for line, pn in self.line_nodes.items()}
@@ -372,10 +390,12 @@ class SignatureChanged(Exception):
 
 
 def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str,
-             guard: tuple[bool, ...] | None = None) -> GeneratedCode:
+             guard: tuple[bool, ...] | None = None, timed: bool = False) -> GeneratedCode:
     """Generate, compile and return the code for ``plan`` with ``arena_slots`` in the arena;
-    with ``guard`` (per input: is it a tensor), the code checks the input signature first."""
-    emitter = _Emitter(plan, arena_slots, title, guard)
+    with ``guard`` (per input: is it a tensor), the code checks the input signature first.
+    ``timed``: the function returns ``(outputs, stamps)``, ``stamps`` the
+    ``time.perf_counter_ns()`` readings at its start and after each top-level node."""
+    emitter = _Emitter(plan, arena_slots, title, guard, timed)
     source = emitter.function()
     filename = f"<static_runtime generated {next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -464,16 +484,37 @@ class CodegenExecutor(Interpreter):
         finally:
             self.clear()
 
-    def _bind(self) -> Callable[..., list[Any]]:
+    def _arena_slots(self) -> frozenset[int]:
         values = self.values
-        arena = frozenset(s for s in self._managed
-                          if values[s] is not None and s not in self.unkept)
-        layout_id = id(self.layout) if self.layout is not None else None
+        return frozenset(s for s in self._managed
+                         if values[s] is not None and s not in self.unkept)
+
+    def profiled_function(self, timed: bool) -> tuple[Callable[..., Any], bool]:
+        """The profiler's copy of the generated function for the current layout (call
+        ``prepare`` first), and whether a call needs ``prepare`` before it (as ``run``
+        does); call ``finish`` after. If ``timed`` it returns ``(outputs, stamps)`` (see
+        ``generate``). Exceptions are then mapped to nodes through it: meant for an
+        executor of the profiler's own."""
+        self._fast or self._bind()
+        code = generate(self.plan, self._arena_slots(), self.codes.title, self._guard(),
+                        timed=timed)
+        self._code = code
+        fn = code.factory(*[self.values[s] for s in code.arena_slots], self._refused, self._key)
+        return fn, not self._direct
+
+    def _guard(self) -> tuple[bool, ...] | None:
         # Check the signature inside the generated code when memory is planned per
         # signature and no output arena needs its own check before a call.
         guarded = self._key is not None and not (self.layout and self.layout.outputs)
-        guard = tuple(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype)
-                      for k in self._key) if guarded else None
+        return tuple(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype)
+                     for k in self._key) if guarded else None
+
+    def _bind(self) -> Callable[..., list[Any]]:
+        values = self.values
+        arena = self._arena_slots()
+        layout_id = id(self.layout) if self.layout is not None else None
+        guard = self._guard()
+        guarded = guard is not None
         code = self.codes.get(arena, layout_id, guard)
         self._code = code
         self._fast = code.factory(*[values[s] for s in code.arena_slots], self._refused,

@@ -3,23 +3,48 @@
 ``IndividualMetrics`` has the fields of PyTorch's own (times in milliseconds). Per-node
 times are taken around each top-level node (a control-flow node's time includes its
 blocks), averaged over the main runs.
+
+The per-node clock is cheap by construction: one ``time.perf_counter_ns()`` reading after
+each top-level node, differences taken afterwards (PyTorch takes two readings per node).
+Under the generated-code executor the readings are lines of the generated function itself
+(``generate(..., timed=True)``), so the profile is of the code a call runs, not of the
+reference interpreter; under ``executor="interpreter"`` they are taken in the node loop.
+``measure_overhead`` reports what the readings cost: the same loop with and without them.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from static_runtime.ops.registry import Tier
+from static_runtime.runtime.codegen import CodegenExecutor
 
 if TYPE_CHECKING:
     from static_runtime.runtime.module import StaticRuntime
 
+_clock = time.perf_counter_ns
+
 
 @dataclass
 class IndividualMetrics:
+    """PyTorch's ``IndividualMetrics`` (times in ms, per main run unless said otherwise).
+
+    ``setup_time``: binding the arguments to the graph's inputs (PyTorch: ``set_inputs``).
+    ``first_iter_time``: the first call on a fresh executor (records sizes and plans the
+    arena if the module has not seen this input signature; generates code).
+    ``memory_alloc_time``: making the call's managed memory current (the input signature
+    check — in generated code, its first lines — and installing a layout when it changes). ``memory_dealloc_time``: releasing what the call
+    still holds after its last node (generated code: the function's return, which drops its
+    locals; interpreter: clearing the value array). ``output_dealloc_time``: dropping the
+    outputs. ``total_time``: a whole iteration of the profiled loop, clock readings
+    included. ``time_per_node[k]``: top-level node ``k``, with the release of values whose
+    last use it is.
+    """
+
     setup_time: float = 0.0
     memory_alloc_time: float = 0.0
     memory_dealloc_time: float = 0.0
@@ -35,6 +60,30 @@ class IndividualMetrics:
     total_nodes_count: int = 0
 
 
+@dataclass(frozen=True)
+class Overhead:
+    """What per-node timing costs. ``untimed_ms``/``timed_ms``: one iteration of the same
+    loop (memory setup, the nodes, the return, finishing the outputs) without and with the
+    clock readings; ``call_ms``: an ordinary call of the runtime, for reference. Each is the
+    fastest of many short alternated samples: load from elsewhere only ever adds time, so
+    the fastest sample is the least disturbed one. ``fraction = timed / untimed - 1``
+    (0.03: the readings add 3 % to a call)."""
+
+    untimed_ms: float
+    timed_ms: float
+    call_ms: float
+    nodes: int
+    samples: int
+
+    @property
+    def fraction(self) -> float:
+        return self.timed_ms / self.untimed_ms - 1.0
+
+    @property
+    def ns_per_node(self) -> float:
+        return (self.timed_ms - self.untimed_ms) * 1e6 / max(self.nodes, 1)
+
+
 def _ms(ns: int) -> float:
     return ns / 1e6
 
@@ -46,50 +95,111 @@ def benchmark(runtime: StaticRuntime, args: tuple, kwargs: dict, warmup_runs: in
         raise ValueError("main_runs must be at least 1")
     for _ in range(warmup_runs):
         runtime(*args, **kwargs)
-    start = time.perf_counter_ns()
+    start = _clock()
     for _ in range(main_runs):
         runtime(*args, **kwargs)
-    return _ms(time.perf_counter_ns() - start) / main_runs
+    return _ms(_clock() - start) / main_runs
+
+
+class _Loop:
+    """One profiled iteration at a time, on an executor of its own (so the runtime's state
+    is untouched): ``once(timed)`` returns the outputs and, if ``timed``, the clock
+    readings ``(start, after memory setup, after each top-level node..., after the return,
+    after finishing the outputs)``."""
+
+    def __init__(self, runtime: StaticRuntime, args: tuple, kwargs: dict):
+        module = runtime.module
+        self.interp = module.new_interpreter()
+        start = _clock()
+        self.inputs = runtime.binder.bind(args, kwargs)
+        self.setup_ns = _clock() - start
+        self.nodes = self.interp.plan.block.nodes
+        self.guard = runtime.guard
+        self._timed_fn: Callable[..., Any] | None = None
+        self._plain_fn: Callable[..., Any] | None = None
+        self._prepare = True
+        self._singletons = [(pn,) for pn in self.nodes]
+
+    def first(self) -> int:
+        """The first call (plans memory, generates code); returns its ns."""
+        start = _clock()
+        self.interp.run(list(self.inputs))
+        return _clock() - start
+
+    def bind(self) -> None:
+        """Bind the generated functions to the executor's current layout (after ``first``)."""
+        interp = self.interp
+        if isinstance(interp, CodegenExecutor):
+            interp.prepare(self.inputs)
+            self._plain_fn, self._prepare = interp.profiled_function(timed=False)
+            self._timed_fn, _ = interp.profiled_function(timed=True)
+
+    def once(self, timed: bool) -> tuple[Any, tuple[int, ...] | None]:
+        interp, inputs = self.interp, self.inputs
+        if self._timed_fn is not None:
+            if not timed:
+                if self._prepare:
+                    interp.prepare(inputs)
+                outs = self._plain_fn(*inputs)
+                return interp.finish(outs, inputs), None
+            t0 = _clock()
+            if self._prepare:
+                interp.prepare(inputs)
+            outs, stamps = self._timed_fn(*inputs)
+            t1 = _clock()
+            outs = interp.finish(outs, inputs)
+            return outs, (t0, *stamps, t1, _clock())
+        if not timed:
+            interp.begin(inputs)
+            interp.run_block(interp.plan.block)
+            outs = interp.end(inputs)
+            interp.clear()
+            return outs, None
+        run_nodes = interp.run_nodes
+        stamps = [_clock()]
+        interp.begin(inputs)
+        stamps.append(_clock())
+        for one in self._singletons:
+            run_nodes(one)
+            stamps.append(_clock())
+        outs = interp.end(inputs)
+        interp.clear()
+        stamps.append(_clock())
+        stamps.append(stamps[-1])  # ``end`` finishes the outputs; counted with the release
+        return outs, tuple(stamps)
 
 
 def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
                              warmup_runs: int, main_runs: int) -> IndividualMetrics:
+    """Per-node times of ``main_runs`` iterations after ``warmup_runs`` (see the module
+    docstring for how they are taken, ``IndividualMetrics`` for what each field is)."""
     if main_runs < 1:
         raise ValueError("main_runs must be at least 1")
     m = IndividualMetrics()
-    t0 = time.perf_counter_ns()
-    interp = runtime.module.new_interpreter()
-    m.setup_time = _ms(time.perf_counter_ns() - t0)
-    inputs = runtime.binder.bind(args, kwargs)
-    nodes = interp.plan.block.nodes
-
     with runtime.guard():
-        t0 = time.perf_counter_ns()
-        outputs = interp.run(list(inputs))
-        m.first_iter_time = _ms(time.perf_counter_ns() - t0)
-        del outputs
+        loop = _Loop(runtime, args, kwargs)
+        m.setup_time = _ms(loop.setup_ns)
+        m.first_iter_time = _ms(loop.first())
+        loop.bind()
         for _ in range(warmup_runs):
-            interp.run(list(inputs))
-
+            loop.once(True)
+        nodes = loop.nodes
         per_node = [0] * len(nodes)
         alloc = dealloc = out_dealloc = 0
-        total_start = time.perf_counter_ns()
+        n = len(nodes)
+        total_start = _clock()
         for _ in range(main_runs):
-            s = time.perf_counter_ns()
-            interp.begin(inputs)
-            alloc += time.perf_counter_ns() - s
-            for k, pn in enumerate(nodes):
-                s = time.perf_counter_ns()
-                interp.run_nodes((pn,))
-                per_node[k] += time.perf_counter_ns() - s
-            outs = interp.end(inputs)
-            s = time.perf_counter_ns()
-            interp.clear()
-            dealloc += time.perf_counter_ns() - s
-            s = time.perf_counter_ns()
+            outs, st = loop.once(True)
+            # st: start, after prepare (= node 0's start), after each node, after the
+            # return, after finishing outputs
+            alloc += st[1] - st[0]
+            for k in range(n):
+                per_node[k] += st[k + 2] - st[k + 1]
+            dealloc += st[n + 2] - st[n + 1]
+            s = _clock()
             del outs
-            out_dealloc += time.perf_counter_ns() - s
-        m.total_time = _ms(time.perf_counter_ns() - total_start) / main_runs
+            out_dealloc += _clock() - s
+        m.total_time = _ms(_clock() - total_start) / main_runs
 
     m.memory_alloc_time = _ms(alloc) / main_runs
     m.memory_dealloc_time = _ms(dealloc) / main_runs
@@ -111,6 +221,44 @@ def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
     m.out_nodes_count = len(out)
     m.total_nodes_count = len(nodes)
     return m
+
+
+def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
+                     samples: int = 101, sample_ms: float = 2.0,
+                     warmup_runs: int = 20) -> Overhead:
+    """Time the profiled loop without and with its clock readings, and plain calls of the
+    runtime, alternated: ``samples`` samples of each, a sample being as many iterations as
+    fit in about ``sample_ms`` (many short samples, so that a burst of load from elsewhere
+    spoils few of them); the fastest of each (see ``Overhead``)."""
+    if samples < 1:
+        raise ValueError("samples must be at least 1")
+    with runtime.guard():
+        loop = _Loop(runtime, args, kwargs)
+        loop.first()
+        loop.bind()
+        for _ in range(warmup_runs):
+            loop.once(True)
+            loop.once(False)
+        start = _clock()
+        loop.once(False)
+        runs = max(1, int(sample_ms * 1e6 / max(_clock() - start, 1)))
+    once = loop.once
+    untimed: list[float] = []
+    timed: list[float] = []
+    calls: list[float] = []
+    for _ in range(samples):
+        with runtime.guard():
+            start = _clock()
+            for _ in range(runs):
+                once(False)
+            middle = _clock()
+            for _ in range(runs):
+                once(True)
+            end = _clock()
+        untimed.append(_ms(middle - start) / runs)
+        timed.append(_ms(end - middle) / runs)
+        calls.append(benchmark(runtime, args, kwargs, 0, runs))
+    return Overhead(min(untimed), min(timed), min(calls), len(loop.nodes), samples)
 
 
 def format_metrics(m: IndividualMetrics) -> str:
