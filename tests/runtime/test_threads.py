@@ -279,7 +279,7 @@ _seen_threads: list[int] = []
 
 def _num_threads_op() -> list[int]:
     if not hasattr(torch.ops.sr_test_threads, "num_threads"):
-        lib = torch.library.Library("sr_test_threads", "DEF")  # noqa: F841 (kept alive below)
+        lib = torch.library.Library("sr_test_threads", "DEF")
         lib.define("num_threads(Tensor x) -> Tensor")
 
         def impl(x: torch.Tensor) -> torch.Tensor:
