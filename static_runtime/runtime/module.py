@@ -29,6 +29,7 @@ from static_runtime.runtime import metrics
 from static_runtime.runtime.ahead import plan_ahead
 from static_runtime.runtime.binding import Binder
 from static_runtime.runtime.codegen import CodeCache, CodegenExecutor
+from static_runtime.runtime.futures import check_launcher, using_launcher
 from static_runtime.runtime.interpreter import Interpreter, MemoryConfig
 from static_runtime.runtime.options import StaticModuleOptions
 from static_runtime.runtime.plan import Control, ExecutionPlan, build_plan, may_hold_list_or_dict
@@ -135,6 +136,16 @@ class StaticModule:
             self._idle.append(rt)
             if self._pool_waiting:
                 self._wake_one()
+
+    def run_async(self, args: tuple | list = (), kwargs: dict | None = None,
+                  launcher: Any = None) -> torch.futures.Future:
+        """Run the model on ``launcher`` (a callable taking a zero-argument function; default:
+        the shared inter-op thread pool) with a runtime from the pool; returns a
+        ``torch.futures.Future`` whose ``wait()``/``value()`` give the result or raise the
+        call's exception. Forks inside the graph use the same launcher."""
+        return _launch(self, args, kwargs, launcher)
+
+    runAsync = run_async
 
     def _borrow_slow(self) -> StaticRuntime:
         """No idle runtime: make one, or (at ``max_runtimes``) wait for one to come back."""
@@ -291,12 +302,44 @@ class StaticRuntime:
     def run(self, args: tuple = (), kwargs: dict | None = None) -> Any:
         return self(*args, **(kwargs or {}))
 
+    def run_async(self, args: tuple | list = (), kwargs: dict | None = None,
+                  launcher: Any = None) -> torch.futures.Future:
+        """Run on ``launcher`` (as ``StaticModule.run_async``) with this runtime; it is busy
+        until the future completes."""
+        return _launch(self, args, kwargs, launcher)
+
+    runAsync = run_async
+
     def release_outputs(self) -> None:
         """With ``manage_output_tensors``: let the next call overwrite the outputs of the
         previous one even if they are still referenced (the caller is done with them)."""
         self._interp.release_outputs()
 
     deallocate_output_tensors = release_outputs
+
+
+def _launch(call: Any, args: Any, kwargs: Any, launcher: Any) -> torch.futures.Future:
+    """``call(*args, **kwargs)`` on ``launcher``, its result or exception in the future."""
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"run_async takes the positional arguments as a tuple or list, got "
+                        f"{type(args).__name__}")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise TypeError(f"run_async takes the keyword arguments as a dict, got "
+                        f"{type(kwargs).__name__}")
+    args, kwargs, launcher = tuple(args), dict(kwargs or {}), check_launcher(launcher)
+    future: torch.futures.Future = torch.futures.Future()
+
+    def task() -> None:
+        try:
+            with using_launcher(launcher):
+                result = call(*args, **kwargs)
+        except BaseException as e:  # noqa: BLE001  (handed to the future)
+            future.set_exception(e)
+            return
+        future.set_result(result)
+
+    launcher(task)
+    return future
 
 
 def _split_example(example_inputs: Any) -> tuple[tuple, dict]:

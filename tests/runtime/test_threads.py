@@ -65,10 +65,17 @@ def _stress(model: torch.jit.ScriptModule, per_thread: list[list[tuple]],
     mod = sr.StaticModule(model, options=options)
     reference = sr.StaticModule(model, options=options)
     expected = {}
-    for inputs in per_thread:
-        for args in inputs:
-            expected[id(args)] = reference(*args)
-            assert_same(expected[id(args)], model(*args))
+    # Bit-for-bit comparison: the reference runs with the threads' intra-op thread count
+    # (BLAS splits work, and so rounds, by thread count).
+    main_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for inputs in per_thread:
+            for args in inputs:
+                expected[id(args)] = reference(*args)
+                assert_same(expected[id(args)], model(*args))
+    finally:
+        torch.set_num_threads(main_threads)
     errors = _hammer(mod, per_thread, expected)
     assert not errors, f"{len(errors)} threads failed; first: {errors[0]!r}"
     assert 1 <= mod.pool_size <= len(per_thread)
@@ -115,7 +122,10 @@ def test_pool_bound_is_kept():
     per_thread = [_inputs("mlp", 1, 2) for _ in range(THREADS)]
     model = _scripted("mlp")
     mod = sr.StaticModule(model, options=opts)
+    main_threads = torch.get_num_threads()
+    torch.set_num_threads(1)
     expected = {id(a): model(*a) for inputs in per_thread for a in inputs}
+    torch.set_num_threads(main_threads)
     errors = _hammer(mod, per_thread, expected, calls=300)
     assert not errors, errors[0]
     assert mod.pool_size <= 2
