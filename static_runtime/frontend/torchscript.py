@@ -209,6 +209,8 @@ def _import_block(graph: Graph, block: Block, nodes, env: dict[Any, Value]) -> N
         node.source = _source_of(tn)
         _import_attributes(tn, node)
         block.append(node)
+        if tn.kind() == "prim::fork":
+            _import_fork_subgraph(graph, node, tn.g("Subgraph"))
         for tb in tn.blocks():
             sub = node.add_block()
             for tv in tb.inputs():
@@ -216,6 +218,22 @@ def _import_block(graph: Graph, block: Block, nodes, env: dict[Any, Value]) -> N
             _import_block(graph, sub, tb.nodes(), env)
             for tv in tb.outputs():
                 sub.add_output(env[tv])
+
+
+def _import_fork_subgraph(graph: Graph, node, subgraph: torch._C.Graph) -> None:
+    """TorchScript keeps the forked function as the fork's ``Subgraph`` attribute, a graph
+    whose inputs are the fork's inputs. In the IR it is the fork's one block, its inputs
+    bound to the node's inputs. TorchScript's inliner does not enter fork subgraphs (it
+    inlines them when the fork first runs), so calls inside are inlined here."""
+    sg = subgraph.copy()
+    torch._C._jit_pass_inline(sg)
+    sub = node.add_block()
+    env: dict[Any, Value] = {}
+    for tv in sg.inputs():
+        env[tv] = sub.add_input(T.from_torch(tv.type()), tv.debugName())
+    _import_block(graph, sub, sg.nodes(), env)
+    for tv in sg.outputs():
+        sub.add_output(env[tv])
 
 
 _FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
@@ -237,6 +255,8 @@ def _import_attributes(tn: torch._C.Node, node) -> None:
         return
     for name in tn.attributeNames():
         kind = tn.kindOf(name)
+        if tn.kind() == "prim::fork" and name == "Subgraph":
+            continue  # becomes the fork's block (``_import_fork_subgraph``)
         getter = {
             "i": tn.i, "f": tn.f, "s": tn.s, "t": tn.t, "is": tn.is_, "fs": tn.fs,
             "ss": tn.ss, "ts": tn.ts, "ival": tn.ival, "c": getattr(tn, "c", None),

@@ -3,7 +3,9 @@
 Modelled on TorchScript's IR (``seeds/jit_overview.md``, "Graph"): a graph owns
 one top-level block; a block is a list of nodes between a parameter node
 (whose outputs are the block's inputs) and a return node (whose inputs are the
-block's outputs); nodes of kind ``prim::If``/``prim::Loop`` own sub-blocks.
+block's outputs); nodes of kind ``prim::If``/``prim::Loop`` own sub-blocks, and a
+``prim::fork`` owns one: the forked function, its inputs bound to the node's inputs
+(TorchScript keeps it as the fork's ``Subgraph`` attribute).
 
 The IR keeps its own use-lists: every mutation goes through a method here
 (``Node.replace_input``, ``Value.replace_all_uses_with``, ``Node.destroy``...),

@@ -6,8 +6,9 @@ Invariants checked, in this order:
    ``block.owning_node`` and ``graph`` back-pointers agree with where things sit.
 2. Single definition: each value is an output of exactly one node (or a block input), at the
    offset it records, and no two values share a name.
-3. Node forms: ``prim::If``, ``prim::Loop`` and ``prim::Constant`` have the shapes TorchScript
-   gives them (see ``_check_node_form``).
+3. Node forms: ``prim::If``, ``prim::Loop``, ``prim::fork`` and ``prim::Constant`` have the
+   shapes TorchScript gives them (see ``_check_node_form``); a fork's block uses nothing
+   from outside but constants.
 4. Scope (dominance): each use is of a value defined earlier in the same block or in an
    enclosing block, or of an input of the same or an enclosing block.
 5. Use-lists: ``Use(n, i)`` is in ``v.uses`` exactly when ``n.inputs[i] is v`` and ``n`` is in
@@ -231,6 +232,8 @@ class _Verifier:
             if len(node.outputs) != carried:
                 self.fail(f"prim::Loop has {len(node.outputs)} outputs, expected {carried} "
                           "(one per carried value)", node)
+        elif kind == "prim::fork":
+            self._check_fork(node)
         elif kind == "prim::Constant":
             if node.inputs:
                 self.fail(f"prim::Constant has {len(node.inputs)} inputs, expected none", node)
@@ -238,6 +241,35 @@ class _Verifier:
                 self.fail("prim::Constant has blocks", node)
             if len(node.outputs) != 1:
                 self.fail(f"prim::Constant has {len(node.outputs)} outputs, expected one", node)
+
+    def _check_fork(self, node: Node) -> None:
+        """A fork owns one block, the forked function: its inputs are bound to the node's
+        inputs, it returns one value, and the node's one output is the ``Future`` of it. The
+        block runs on another thread with its own values: it may use only what is defined
+        inside it, its inputs, and constants."""
+        if len(node.blocks) != 1:
+            self.fail(f"prim::fork needs 1 block (the forked function), found "
+                      f"{len(node.blocks)}", node)
+        body = node.blocks[0]
+        if len(body.inputs) != len(node.inputs):
+            self.fail(f"the prim::fork block has {len(body.inputs)} inputs, but the node passes "
+                      f"{len(node.inputs)}", node)
+        if len(body.outputs) != 1:
+            self.fail(f"the prim::fork block returns {len(body.outputs)} values, expected one",
+                      node)
+        if len(node.outputs) != 1 or not isinstance(node.outputs[0].type, T.FutureType):
+            found = ", ".join(str(v.type) for v in node.outputs) or "none"
+            self.fail(f"prim::fork needs one Future output, found: {found}", node)
+        for inner in [*body.walk(), body.return_node]:
+            users = [inner, *(b.return_node for b in inner.blocks)]
+            for user in users:
+                for index, value in enumerate(user.inputs):
+                    definer = value.node
+                    if definer.kind == "prim::Constant" or _defined_within(value, node):
+                        continue
+                    self.fail(f"%{value.name} is used by {_describe_user(user, index)} inside "
+                              "a prim::fork block but defined outside it (a forked block may "
+                              "only use its inputs, what it defines, and constants)", user)
 
     # ------------------------------------------------------------------ reporting
 
@@ -285,6 +317,17 @@ def _describe_user(user: Node, index: int) -> str:
         owner = block.owning_node if block is not None else None
         return "the graph's return" if owner is None else f"a block return of {owner.kind}"
     return f"{user.kind} (input {index})"
+
+
+def _defined_within(value: Value, ancestor: Node) -> bool:
+    """Whether ``value`` is defined inside ``ancestor``'s blocks (as a node output or as the
+    input of a block at any depth)."""
+    definer = value.node
+    if definer.kind == PARAM:
+        block = definer.owning_block
+        owner = block.owning_node if block is not None else None
+        return owner is not None and (owner is ancestor or _is_nested_in(owner, ancestor))
+    return _is_nested_in(definer, ancestor)
 
 
 def _is_nested_in(node: Node, ancestor: Node) -> bool:

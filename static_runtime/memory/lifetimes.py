@@ -13,7 +13,11 @@ many times). Steps number the top-level block's non-constant nodes from 0, match
 runtime's per-node timings.
 
 Values produced inside sub-blocks are not managed: a loop body may run many times per call,
-with other shapes each time, and its values may be carried into the next iteration. Nor are
+with other shapes each time, and its values may be carried into the next iteration. A
+``prim::fork`` block runs on another thread, with its own values and no arena. Nothing passed
+into a fork (nor anything holding or held by it) is managed either: the alias analysis puts
+fork inputs in the world, so such a tensor is allocated per call and lives as long as the
+fork or anyone else holds it, whenever the fork's thread gets to it. Nor are
 values whose size may depend on tensor data (``data_dependent_sizes``): the arena is planned
 per input signature, and their size can change between calls with the same signature.
 """

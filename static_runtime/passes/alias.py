@@ -42,6 +42,11 @@ as in Steensgaard's points-to analysis):
 * **Control flow.** ``prim::If`` outputs join both branches' outputs. ``prim::Loop`` joins,
   for each carried value, the initial value, the body input, the body output and the loop
   output.
+* **Forks.** ``prim::fork`` runs its block on another thread: its inputs escape there
+  (they join the world, as do the block's inputs bound to them), the future it returns and
+  what the block returns are external too, so ``aten::wait``'s result (read out of the
+  future) may alias anything passed into a fork and is never fresh. The fork writes every
+  mutable input (the block may run an in-place operator on it at any time until the wait).
 * **Objects.** An object's attributes are its contents: ``prim::SetAttr`` writes the object
   and stores the value in its contents; ``prim::GetAttr`` reads from them. (The frozen module
   is a constant, so its attributes are external.)
@@ -85,6 +90,7 @@ class Rule(enum.Enum):
     GET_ATTR = "get_attr"        # reads the object's contents
     SET_ATTR = "set_attr"        # writes the object, stores the value in its contents
     CONTROL = "control"          # prim::If / prim::Loop, handled with their blocks
+    FORK = "fork"                # prim::fork: everything it touches escapes to another thread
 
 
 #: Structural prim kinds and their rule, decided by kind (their schemas, where PyTorch has one,
@@ -111,6 +117,7 @@ PRIM_RULES: dict[str, Rule] = {
     "prim::SetAttr": Rule.SET_ATTR,
     "prim::If": Rule.CONTROL,
     "prim::Loop": Rule.CONTROL,
+    "prim::fork": Rule.FORK,
 }
 
 
@@ -342,6 +349,10 @@ class AliasDb:
         elif rule is Rule.GET_ATTR:
             for o in outs:
                 self._read(o, node.inputs[0])
+        elif rule is Rule.FORK:
+            self._writes[node] = tuple(mutable_in)
+            for v in [*mutable_in, *outs]:
+                self._union(v, _WORLD)
         elif rule is Rule.SET_ATTR:
             obj = node.inputs[0]
             self._writes[node] = (obj,)
@@ -451,6 +462,10 @@ class AliasDb:
                     group.append(body.outputs[1 + i])
                 for v in group[1:]:
                     self._union(o, v)
+        elif node.kind == "prim::fork" and node.blocks:
+            body = node.blocks[0]
+            for v in [*body.inputs, *body.outputs]:
+                self._union(v, _WORLD)
         elif node.blocks:
             # Blocks of a node we do not model: whatever flows in or out is external.
             for b in node.blocks:

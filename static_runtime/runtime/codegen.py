@@ -37,6 +37,7 @@ from static_runtime.ir.graph import Value
 from static_runtime.memory.cache import _sig
 from static_runtime.ops import schema as S
 from static_runtime.ops.registry import Tier
+from static_runtime.runtime.futures import fork
 from static_runtime.runtime.interpreter import (
     Interpreter,
     MemoryConfig,
@@ -202,6 +203,8 @@ class _Emitter:
             return self.if_node(pn, indent)
         if pn.control is Control.LOOP:
             return self.loop_node(pn, indent)
+        if pn.control is Control.FORK:
+            return self.fork_node(pn, indent)
         kind = pn.kind
         args = self.args(pn)
         if kind in _INLINE:
@@ -307,6 +310,21 @@ class _Emitter:
         name = self.names.fresh(f"_t{len(self.stamps)}")
         self.stamps.append(name)
         self.emit(indent, f"{name} = _clock()")
+
+    def fork_node(self, pn: ProcessedNode, indent: int) -> None:
+        """The forked block as a nested function (its own locals: concurrent forks of it do
+        not share values; it reads nothing of ``run`` but constants), started by ``fork``."""
+        body = pn.blocks[0]
+        name = self.names.fresh("_forked")
+        params = [self.local(s) for s in body.inputs]
+        self.emit(indent, f"def {name}({', '.join(params)}):", pn)
+        self.stack.append(pn)
+        self.block(body, indent + 1)
+        self.emit(indent + 1, f"return {self.expr[body.outputs[0]]}")
+        self.stack.pop()
+        start = self.bind(fork, "fork")
+        args = ", ".join([name, *(self.expr[s] for s in pn.inputs)])
+        self.emit(indent, f"{self.local(pn.outputs[0])} = {start}({args})", pn)
 
     def _constant_true(self, slot: int) -> bool:
         return self.expr.get(slot) == "True"

@@ -2,13 +2,16 @@
 
 It is the executor every other one is checked against: straightforward, general, and
 exactly right. Control flow (``prim::If``, ``prim::Loop``) runs sub-blocks over the same
-array. One ``Interpreter`` per runtime: it owns the value array and is not thread-safe.
+array; a ``prim::fork`` block runs on a launcher thread over a value array of its own
+(``runtime/futures.py``). One ``Interpreter`` per runtime: it owns the value array and is not
+thread-safe.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
@@ -24,6 +27,7 @@ from static_runtime.memory.arena import (
 from static_runtime.memory.cache import LayoutCache, signature
 from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.planner import DEFAULT_ALIGNMENT
+from static_runtime.runtime.futures import fork
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
 
 
@@ -223,8 +227,12 @@ class Interpreter:
                     self.run_block(branch)
                     for o, bo in zip(pn.outputs, branch.outputs):
                         values[o] = values[bo]
-                else:
+                elif control is Control.LOOP:
                     self._run_loop(pn)
+                else:
+                    body = pn.blocks[0]
+                    values[pn.outputs[0]] = fork(partial(run_forked, self.plan, body),
+                                                 *[values[i] for i in pn.inputs])
             except BaseException as e:
                 annotate(e, pn)
                 raise
@@ -278,6 +286,17 @@ class Interpreter:
             i += 1
         for o, x in zip(pn.outputs, carried):
             values[o] = x
+
+
+def run_forked(plan: ExecutionPlan, block: ProcessedBlock, *args: Any) -> Any:
+    """Run a fork's block over a value array of its own (no arena: nothing in a forked block
+    is managed); its one output."""
+    interp = Interpreter(plan)
+    values = interp.values
+    for slot, x in zip(block.inputs, args):
+        values[slot] = x
+    interp.run_block(block)
+    return values[block.outputs[0]]
 
 
 def _substitute(x: Any, swap: dict[int, torch.Tensor]) -> Any:

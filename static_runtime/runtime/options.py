@@ -54,6 +54,15 @@ class StaticModuleOptions:
     memory_planner: str = "best"
     #: Freeze TorchScript modules before import (the seed's freezing pass).
     freeze: bool = True
+    #: At most this many runtimes in the module's pool (``mod(*args)`` borrows one per call
+    #: in flight). 0, the default, sets no bound: the pool grows to the largest number of
+    #: concurrent calls seen, each runtime with its own arena. With a bound, a call that finds
+    #: every runtime busy blocks until another call returns one.
+    max_runtimes: int = 0
+    #: Intra-op threads (``torch.set_num_threads``) of the calling thread while a runtime of
+    #: this module runs; the previous count is restored afterwards. 0 leaves torch's setting.
+    #: See README, "Threads, pool and async", for what PyTorch makes per thread and what not.
+    intra_op_threads: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -64,6 +73,12 @@ class StaticModuleOptions:
                                 f"got {type(value).__name__}")
         if self.plan_cache_size < 1:
             raise ValueError("StaticModuleOptions.plan_cache_size must be at least 1")
+        if self.max_runtimes < 0:
+            raise ValueError("StaticModuleOptions.max_runtimes must be 0 (no bound) or "
+                             f"positive, got {self.max_runtimes}")
+        if self.intra_op_threads < 0:
+            raise ValueError("StaticModuleOptions.intra_op_threads must be 0 (leave torch's "
+                             f"setting) or positive, got {self.intra_op_threads}")
         if self.executor not in ("codegen", "interpreter"):
             raise ValueError(f"StaticModuleOptions.executor must be 'codegen' or 'interpreter', "
                              f"got {self.executor!r}")

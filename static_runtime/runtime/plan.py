@@ -22,6 +22,8 @@ class Control(enum.Enum):
     NONE = 0
     IF = 1
     LOOP = 2
+    #: ``prim::fork``: its block runs on a launcher thread with its own values
+    FORK = 3
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,9 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
                     node, f"the constant of type {value.type_str} cannot be held as a value")
             constants[slot(node.output)] = value
             continue
+        if node.kind == "prim::fork":
+            impls[node] = OpImpl(Tier.NATIVE, None, None, "fork")  # the executor's business
+            continue
         impls[node] = select(node, enable_out_variant=enable_out_variant,
                              fast_bindings=fast_bindings)
 
@@ -131,8 +136,8 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
             if node.kind == "prim::Constant":
                 continue
             impl = impls[node]
-            control = {"prim::If": Control.IF, "prim::Loop": Control.LOOP}.get(
-                node.kind, Control.NONE)
+            control = {"prim::If": Control.IF, "prim::Loop": Control.LOOP,
+                       "prim::fork": Control.FORK}.get(node.kind, Control.NONE)
             pn = ProcessedNode(
                 node=node, kind=node.kind, impl=impl, fn=impl.fn, out_fn=impl.out_fn,
                 inputs=tuple(slot(v) for v in node.inputs),

@@ -217,3 +217,14 @@ def _warn(node: Node):
             warnings.warn(str(message), UserWarning, stacklevel=2)
 
     return warn
+
+
+@register_native("aten::wait")
+def _wait(node: Node):
+    """The value of a future (``prim::fork``'s, or any ``torch.futures.Future``); re-raises
+    the exception the future completed with, unchanged."""
+
+    def wait(future):
+        return future.wait()
+
+    return labelled("future.wait()")(wait)
