@@ -11,9 +11,11 @@ from static_runtime.runtime.binding import ArgumentError
 from static_runtime.runtime.metrics import IndividualMetrics
 from static_runtime.runtime.module import StaticModule, StaticRuntime, prepare
 from static_runtime.runtime.options import StaticModuleOptions
+from static_runtime.runtime.serialize import PreparedFileError, UnsaveableValueError, load
 
 __all__ = [
     "ArgumentError", "FrontendError", "IndividualMetrics", "StaticModule",
     "StaticModuleOptions", "StaticRuntime", "Tier", "UnsupportedOperatorError", "prepare",
 ]
+__all__ += ["PreparedFileError", "UnsaveableValueError", "load"]
 __version__ = "0.1.0"
