@@ -6,6 +6,7 @@
 """
 
 from static_runtime.frontend import FrontendError
+from static_runtime.fuse import fuse_to_static_runtime
 from static_runtime.ops.registry import Tier, UnsupportedOperatorError
 from static_runtime.runtime.binding import ArgumentError
 from static_runtime.runtime.metrics import IndividualMetrics
@@ -17,5 +18,5 @@ __all__ = [
     "ArgumentError", "FrontendError", "IndividualMetrics", "StaticModule",
     "StaticModuleOptions", "StaticRuntime", "Tier", "UnsupportedOperatorError", "prepare",
 ]
-__all__ += ["PreparedFileError", "UnsaveableValueError", "load"]
+__all__ += ["PreparedFileError", "UnsaveableValueError", "fuse_to_static_runtime", "load"]
 __version__ = "0.1.0"
