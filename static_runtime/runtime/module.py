@@ -12,6 +12,7 @@ import os
 import threading
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -38,11 +39,24 @@ from static_runtime.runtime.plan import Control, ExecutionPlan, build_plan, may_
 def prepare(model: Any, options: StaticModuleOptions | None = None) -> Graph:
     """Import ``model`` and run the graph passes (PrepareForStaticRuntime); returns the IR."""
     options = options or StaticModuleOptions()
+    if isinstance(model, PreparedGraph):
+        # Prepared before (a module loaded from disk): used as is, the passes are not re-run.
+        return model.graph
     graph = import_model(model, freeze=options.freeze)
     verify(graph)
     run_passes(graph, options.passes_enabled(), verify_each=options.verify_passes)
     verify(graph)
     return graph
+
+
+@dataclass(frozen=True)
+class PreparedGraph:
+    """A graph ``prepare`` already ran on (with the options it is built with); see
+    ``StaticModule.from_prepared``."""
+
+    graph: Graph
+    #: what the graph was prepared from, for the generated code's header
+    origin: str
 
 
 class StaticModule:
@@ -93,6 +107,21 @@ class StaticModule:
         if example_inputs is not None and self._memory is not None:
             args, kwargs = _split_example(example_inputs)
             self.ahead_of_time_error = plan_ahead(self, self.binder.bind(args, kwargs))
+
+    @classmethod
+    def from_prepared(cls, graph: Graph, options: StaticModuleOptions | None = None,
+                      example_inputs: Any = None, origin: str = "a prepared graph"
+                      ) -> StaticModule:
+        """A module for a graph ``prepare(model, options)`` returned, without preparing it
+        again (the graph is used as is, not copied); implementations are selected as usual."""
+        return cls(PreparedGraph(graph, origin), options, example_inputs)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the prepared module to ``path`` (see ``static_runtime.runtime.serialize``);
+        ``static_runtime.load(path)`` reads it back without preparing the model again."""
+        from static_runtime.runtime.serialize import save
+
+        save(self, path)
 
     def new_interpreter(self) -> Interpreter:
         """Fresh per-runtime executor state, for the executor the options chose."""
@@ -355,6 +384,8 @@ def _split_example(example_inputs: Any) -> tuple[tuple, dict]:
 
 
 def _describe_model(model: Any) -> str:
+    if isinstance(model, PreparedGraph):
+        return model.origin
     if isinstance(model, torch.jit.ScriptModule):
         return f"TorchScript module {model.original_name}"
     if isinstance(model, torch.jit.ScriptFunction):
