@@ -25,8 +25,10 @@ from static_runtime.models import MODELS, RunningStats
 from static_runtime.runtime import serialize
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-#: control flow, module state written by forward, a TorchScript class, embedding bags
-ROUND_TRIP_MODELS = ["mlp", "control_flow", "attribute_setter", "class_user", "dlrm"]
+#: control flow, module state written by forward, a TorchScript class, embedding bags, and
+#: the fused operators (oneDNN convolutions with prepacked weights, attention)
+ROUND_TRIP_MODELS = ["mlp", "control_flow", "attribute_setter", "class_user", "dlrm",
+                     "resnet_small", "multi_head_attention"]
 
 
 def _inputs(name: str) -> list[tuple]:
