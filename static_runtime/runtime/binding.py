@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
+from static_runtime.frontend.export import ExportSignature, InputGuard
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Graph, Signature
 
@@ -179,3 +181,108 @@ def _checker(t: T.Type):
 
         return dict_check
     return None
+
+
+# --------------------------------------------------------------------------- torch.export
+
+
+class ExportBinder(Binder):
+    """Binds a call to an exported program's flat inputs: the user's nested arguments
+    (tuples, lists, dicts, keyword arguments) are flattened by pytree against the program's
+    input ``TreeSpec``, then checked against what the program was exported for (sizes that
+    were specialised, symbolic sizes within their range and equal where they share a symbol,
+    non-tensor inputs that were specialised) — ``torch.export``'s own input check."""
+
+    def __init__(self, graph: Graph):
+        super().__init__(graph)
+        sig: ExportSignature = graph.signature
+        self.in_spec = sig.in_spec
+        self._flatten = not sig.flat_positional
+        self._kw_order = _kwarg_names(sig.in_spec)
+        self.ranges = sig.ranges
+        self._tensor_guards = [(i, g) for i, g in enumerate(sig.guards)
+                               if g.is_tensor and g.dims != ("?",) * len(g.dims)]
+        self._value_guards = [(i, g) for i, g in enumerate(sig.guards)
+                              if not g.is_tensor and (g.specialised or g.symbol)]
+
+    def bind(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        if self._flatten:
+            if self._kw_order is not None and set(kwargs) == set(self._kw_order):
+                kwargs = {k: kwargs[k] for k in self._kw_order}
+            leaves, spec = pytree.tree_flatten((tuple(args), kwargs))
+            if spec != self.in_spec:
+                raise ArgumentError(
+                    f"the arguments are structured as {_spec_text(spec)}, but the program was "
+                    f"exported for {_spec_text(self.in_spec)}")
+            values = super().bind(tuple(leaves), {})
+        else:
+            values = super().bind(args, kwargs)
+        self._check(values)
+        return values
+
+    def _check(self, values: list[Any]) -> None:
+        symbols: dict[str, int] = {}
+        for i, g in self._tensor_guards:
+            shape = values[i].shape
+            dims = g.dims
+            if len(shape) != len(dims):
+                self._refuse(g, f"{len(dims)} dimensions {_dims_text(dims)}",
+                             f"shape {tuple(shape)}")
+            for d, want in zip(shape, dims):
+                if type(want) is int:
+                    if d != want:
+                        self._refuse(g, f"shape {_dims_text(dims)}", f"shape {tuple(shape)}")
+                elif want != "?" and not self._bind_symbol(symbols, want, d):
+                    self._refuse(g, f"shape {_dims_text(dims)} with {self._range_text(want)}"
+                                 f"{self._bound_text(symbols, want)}", f"shape {tuple(shape)}")
+        for i, g in self._value_guards:
+            x = values[i]
+            if g.specialised:
+                if type(x) is not type(g.value) or x != g.value:
+                    self._refuse(g, f"{g.value!r} (specialised when exported)", repr(x))
+            elif not self._bind_symbol(symbols, g.symbol, x):
+                self._refuse(g, f"an int with {self._range_text(g.symbol)}", repr(x))
+
+    def _bind_symbol(self, symbols: dict[str, int], name: str, value: int) -> bool:
+        seen = symbols.setdefault(name, value)
+        if seen != value:
+            return False
+        lo, hi = self.ranges.get(name, (0, float("inf")))
+        return lo <= value <= hi
+
+    def _range_text(self, name: str) -> str:
+        lo, hi = self.ranges.get(name, (0, float("inf")))
+        return f"{lo} <= {name} <= {hi if hi != float('inf') else 'inf'}"
+
+    @staticmethod
+    def _bound_text(symbols: dict[str, int], name: str) -> str:
+        return f" (and {name} = {symbols[name]} from an earlier input)" if name in symbols else ""
+
+    def _refuse(self, guard: InputGuard, expected: str, got: str) -> None:
+        raise ArgumentError(
+            f"argument {guard.path} expected {expected}, got {got}: the program was exported "
+            "for these; export with dynamic_shapes= for sizes that vary")
+
+
+def make_binder(graph: Graph) -> Binder:
+    """The binder for ``graph``'s signature."""
+    if isinstance(graph.signature, ExportSignature):
+        return ExportBinder(graph)
+    return Binder(graph)
+
+
+def _kwarg_names(in_spec: Any) -> list[str] | None:
+    if in_spec is None or in_spec.num_children != 2:
+        return None
+    kwargs = in_spec.child(1)
+    return list(kwargs.context) if kwargs.type is dict else None
+
+
+def _dims_text(dims: tuple) -> str:
+    return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _spec_text(spec: Any) -> str:
+    """``(args, kwargs)`` with ``*`` for each leaf."""
+    dummy = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
+    return repr(dummy).replace("'*'", "*")
