@@ -203,6 +203,13 @@ _CONV = {torch.ops.aten.conv2d.default, torch.ops.aten.conv1d.default,
 _BATCH_NORM = torch.ops.aten.batch_norm.default
 _BN_NO_TRAINING = torch.ops.aten._native_batch_norm_legit_no_training.default
 
+#: Symbolic size queries → the TorchScript operators that ask the same (and run natively).
+_SYM_QUERIES = {
+    torch.ops.aten.sym_size.int: torch.ops.aten.size.int,
+    torch.ops.aten.sym_numel.default: torch.ops.aten.numel.default,
+    torch.ops.aten.sym_stride.int: torch.ops.aten.stride.int,
+}
+
 #: TorchScript's trip count for a ``while`` loop (``prim::Loop`` bounded by its condition).
 _WHILE_TRIPS = 2**63 - 1
 
@@ -314,10 +321,16 @@ def _is_symbol(d: Any) -> bool:
 def _ranges(ep: ExportedProgram) -> dict[str, tuple[int, float]]:
     out = {}
     for sym, vr in ep.range_constraints.items():
-        lo = int(vr.lower) if vr.lower.is_finite else 0
-        hi = int(vr.upper) if vr.upper.is_finite else math.inf
-        out[str(sym)] = (lo, hi)
+        out[str(sym)] = (_bound(vr.lower, 0), _bound(vr.upper, math.inf))
     return out
+
+
+def _bound(x: Any, unbounded: float) -> float:
+    """A range bound as a number (``int_oo``/``oo``, which ``int()`` refuses, unbounded)."""
+    try:
+        return int(x)
+    except (TypeError, ValueError, OverflowError, AttributeError):
+        return unbounded
 
 
 def _legal(name: str) -> str:
@@ -364,13 +377,17 @@ def _ir_type(t: torch._C.Type) -> T.Type:
 _FILE_LINE = re.compile(r'File "([^"]+)", line (\d+)')
 
 
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
 def _source_of(node: torch.fx.Node) -> str | None:
+    """``file:line`` of the innermost frame of the user's code that made ``node`` (frames in
+    torch itself and generated code are skipped)."""
     trace = node.meta.get("stack_trace")
-    matches = _FILE_LINE.findall(trace) if trace else []
-    if not matches:
-        return None
-    path, line = matches[-1]
-    return f"{os.path.basename(path)}:{line}"
+    for path, line in reversed(_FILE_LINE.findall(trace) if trace else []):
+        if not path.startswith("<") and not path.startswith(_TORCH_DIR):
+            return f"{os.path.basename(path)}:{line}"
+    return None
 
 
 def _foldable_conv_bn(fx_graph: torch.fx.Graph, env: dict, graph: Graph) -> dict:
@@ -542,6 +559,7 @@ class _ImportBlock:
                 f"({_source_of(n) or 'no source'}), which the importer does not map")
 
     def op(self, n: torch.fx.Node, op: torch._ops.OpOverload) -> None:
+        op = _SYM_QUERIES.get(op, op)
         folded = self.importer.folded
         if n in folded:
             bn, w, b = folded[n]
