@@ -242,6 +242,7 @@ class _Importer:
                 raise FrontendError(
                     f"input {node.name!r} of kind {spec.kind.name} is not supported (only "
                     "user inputs, parameters, buffers and constant tensors are)")
+        _refuse_inplace_writes(gm.graph, placeholders, sig.input_specs)
         self.folded = _foldable_conv_bn(gm.graph, env, graph)
         self.folded_away = {u for bn, _, _ in self.folded.values()
                             for u in (bn, *_getitems(bn))}
@@ -292,6 +293,34 @@ class _Importer:
         v = self.graph.constant(tensor.detach(), T.Tensor)
         v.set_name(_legal(target))
         return v
+
+
+def _refuse_inplace_writes(fx_graph: torch.fx.Graph, placeholders: list, specs) -> None:
+    """Refuse an operator that writes (``Tensor(a!)``) a parameter, buffer, constant or user
+    input, or a view of one: the training IR ``torch.export`` gives keeps such in-place
+    operators (``self.count.add_(1)``) instead of listing them in ``buffers_to_mutate``."""
+    owner: dict[torch.fx.Node, str] = {}
+    for node, spec in zip(placeholders, specs, strict=True):
+        owner[node] = (f"input {node.name!r}" if spec.kind == InputKind.USER_INPUT
+                       else f"{spec.kind.name.lower().replace('_', ' ')} {spec.target!r}")
+    for n in fx_graph.nodes:
+        if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+            continue
+        schema = n.target._schema
+        args = list(n.args) + [n.kwargs.get(a.name) for a in schema.arguments[len(n.args):]]
+        sources = {}
+        for a, arg in zip(schema.arguments, args, strict=False):
+            if isinstance(arg, torch.fx.Node) and arg in owner and a.alias_info is not None:
+                if a.alias_info.is_write:
+                    raise FrontendError(
+                        f"{n.name!r} ({schema.name}, {_source_of(n) or 'no source'}) writes "
+                        f"{owner[arg]} in place: the runtime's constants are read-only and its "
+                        "inputs are never written; compute a new tensor instead")
+                sources.update({s: owner[arg] for s in a.alias_info.before_set})
+        for r in schema.returns:  # a view of a protected tensor is protected too
+            if r.alias_info is not None:
+                for s in r.alias_info.before_set & set(sources):
+                    owner[n] = sources[s]
 
 
 def _path_str(path) -> str:

@@ -342,7 +342,8 @@ def _flattener(spec: Any):
         keys = list(spec.context)
 
         def mapping(x, out):
-            if type(x) is not dict or len(x) != n or list(x) != keys:
+            # Keys are matched by name: a dict given in another order is the same structure.
+            if type(x) is not dict or len(x) != n or any(k not in x for k in keys):
                 return False
             return all(f(x[k], out) for f, k in zip(children, keys))
 
