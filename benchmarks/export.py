@@ -76,7 +76,7 @@ def main(models: str, batches: str, repeats: int, calls: int) -> None:
             expected = runners[RUNNERS[0]](*inputs)
             for label, fn in runners.items():
                 torch.testing.assert_close(fn(*inputs), expected,
-                                           msg=lambda m, label=label: f"{name} {label}: {m}")
+                                           msg=lambda m, label=label, name=name: f"{name} {label}: {m}")
                 _time(fn, inputs, max(3, calls // 10))  # warm up
             samples: dict[str, list[float]] = {label: [] for label in runners}
             for _ in range(repeats):

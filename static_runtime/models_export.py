@@ -82,7 +82,7 @@ def dynamic_shapes_for(name: str, inputs: tuple) -> tuple:
     (and DLRM's bag index lengths, ``control_flow``'s ``steps``)."""
     batch = Dim("batch", min=1, max=4096)
     if name == "dlrm":
-        dense, indices, _ = inputs
+        _, indices, _ = inputs
         return ({0: batch}, [{0: Dim(f"bag_{t}", min=1, max=1 << 20)} for t in
                              range(len(indices))], [{0: batch} for _ in indices])
     if name == "control_flow":

@@ -34,6 +34,7 @@ import operator
 import os
 import re
 import warnings
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,8 +124,6 @@ def is_pt2(path: str | os.PathLike) -> bool:
     """Whether ``path`` names a ``torch.export.save`` archive: a ``.pt2`` file, or a zip with
     the ``archive_format`` record that ``torch.export.save`` writes (a TorchScript archive
     has none)."""
-    import zipfile
-
     p = Path(path)
     if p.suffix == ".pt2":
         return True
@@ -243,16 +242,15 @@ class _Importer:
                     f"input {node.name!r} of kind {spec.kind.name} is not supported (only "
                     "user inputs, parameters, buffers and constant tensors are)")
         _refuse_inplace_writes(gm.graph, placeholders, sig.input_specs)
-        self.folded = _foldable_conv_bn(gm.graph, env, graph)
+        self.folded = _foldable_conv_bn(gm.graph, env)
         self.folded_away = {u for bn, _, _ in self.folded.values()
                             for u in (bn, *_getitems(bn))}
-        _ImportBlock(self, gm, graph.block, env).nodes(
-            n for n in gm.graph.nodes if n.op not in ("placeholder", "output"))
+        top = _ImportBlock(self, gm, graph.block, env)
+        top.nodes(n for n in gm.graph.nodes if n.op not in ("placeholder", "output"))
         out_node = next(n for n in gm.graph.nodes if n.op == "output")
-        outs = list(out_node.args[0])
-        for value, spec in zip(outs, sig.output_specs, strict=True):
+        for value, spec in zip(out_node.args[0], sig.output_specs, strict=True):
             if spec.kind == OutputKind.USER_OUTPUT:
-                graph.add_output(_ImportBlock(self, gm, graph.block, env).value(value))
+                graph.add_output(top.value(value))
         call = ep.call_spec
         graph.signature = ExportSignature(
             names, in_spec=call.in_spec, out_spec=call.out_spec, guards=tuple(guards),
@@ -419,7 +417,7 @@ def _source_of(node: torch.fx.Node) -> str | None:
     return None
 
 
-def _foldable_conv_bn(fx_graph: torch.fx.Graph, env: dict, graph: Graph) -> dict:
+def _foldable_conv_bn(fx_graph: torch.fx.Graph, env: dict) -> dict:
     """``{conv node: (batch norm node, folded weight, folded bias)}`` for every convolution
     whose only user is an inference batch norm, all weights constant (TorchScript freezing's
     ``FoldFrozenConvBatchnorm``: ``W' = W·γ/√(σ²+ε)``, ``b' = (b−μ)·γ/√(σ²+ε) + β``)."""

@@ -13,9 +13,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+from differential import OPTION_SETS, _snapshot, assert_same
 
 import static_runtime as sr
-from differential import OPTION_SETS, _snapshot, assert_same
 
 
 def check_eager(build: Callable[[sr.StaticModuleOptions], sr.StaticModule],

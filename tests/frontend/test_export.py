@@ -196,7 +196,7 @@ def test_static_export_refuses_other_sizes_naming_the_argument():
 
 
 def test_symbolic_sizes_checked_for_range_and_equality():
-    model = lambda x, y: x + y  # noqa: E731
+    model = lambda x, y: x + y
     batch = Dim("batch", min=2, max=8)
 
     class Add(torch.nn.Module):
