@@ -91,7 +91,7 @@ def worker(model: str, runtime: str, batch: int, calls: int) -> dict:
     else:
         mod = sr.StaticModule(scripted)
         rt = mod.runtime()
-        fn = lambda: rt(*inputs)  # noqa: E731
+        fn = lambda: rt(*inputs)
     for _ in range(20):  # warm up: plans made, caches filled
         fn()
     faults_before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -156,8 +156,8 @@ def main(models: str, batch: int, calls: int, worker: str | None, json_out: str)
                 "peak RSS eager", "peak RSS TS", "peak RSS C++ SR", "peak RSS ours"):
         table.add_column(col, justify="right")
     by = {(r["model"], r["runtime"]): r for r in rows}
-    kib = lambda n: "—" if n is None else f"{n / 1024:.1f} KiB"  # noqa: E731
-    mib = lambda n: "—" if n is None else f"{n / 2**20:.1f} MiB"  # noqa: E731
+    kib = lambda n: "—" if n is None else f"{n / 1024:.1f} KiB"
+    mib = lambda n: "—" if n is None else f"{n / 2**20:.1f} MiB"
     for model in models.split(","):
         ours = by[(model, "static_runtime")]
         cpp = by[(model, "pytorch_static_runtime")]

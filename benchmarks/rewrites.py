@@ -76,7 +76,8 @@ def run_rewrites(options: list[str], cases: list[str], calls: int | None,
             for mod in (on, off):
                 torch.testing.assert_close(mod(*inputs), expected)
             n = calls or max(5, int(20_000 / max(1.0, _estimate_us(on, inputs))))
-            times = _time({"on": lambda: on(*inputs), "off": lambda: off(*inputs)}, n, repeats)
+            times = _time({"on": lambda m=on, x=inputs: m(*x),
+                           "off": lambda m=off, x=inputs: m(*x)}, n, repeats)
             rows.append({"rewrite": option, "model": name, "batch": int(batch),
                          "on_us": times["on"], "off_us": times["off"],
                          "ratio": times["on"] / times["off"], "calls": n, "repeats": repeats})
@@ -103,11 +104,11 @@ def sdpa_grid(repeats: int) -> list[dict]:
                     q, k, v = (torch.randn(batch, heads, length, 32) for _ in range(3))
                     k_t = k.transpose(-1, -2)
 
-                    def written_out():
+                    def written_out(q=q, k_t=k_t, v=v):
                         scores = torch.matmul(q, k_t).mul_(0.17)
                         return torch.matmul(scores.softmax(-1), v)
 
-                    def fused():
+                    def fused(q=q, k=k, v=v):
                         return F.scaled_dot_product_attention(q, k, v, scale=0.17)
 
                     calls = max(5, 20_000 // (batch * heads * length))

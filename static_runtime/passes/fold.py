@@ -7,7 +7,8 @@ pass does it for graphs that reach us with the batch norm still there — ``torc
 programs, and TorchScript modules frozen with ``optimize_numerics=False`` or not at all
 (when their weights are constants).
 
-Applies to ``aten::conv2d`` and ``aten::convolution`` (not transposed), followed by
+Applies to ``aten::conv1d``/``conv2d``/``conv3d`` and ``aten::convolution`` (not
+transposed), followed by
 ``aten::batch_norm`` with ``training`` the constant ``False`` or by
 ``aten::_native_batch_norm_legit_no_training`` (export's form) whose statistics outputs are
 unused; everything but ``x`` must be a constant, the batch norm the convolution's only user,
@@ -27,8 +28,9 @@ from static_runtime.ir import types as T
 from static_runtime.ir.graph import Graph, Node
 from static_runtime.passes.constant_propagation import constant_value
 
-_CONVS = {str(torch.ops.aten.conv2d.default._schema),
-          str(torch.ops.aten.convolution.default._schema)}
+_CONVS = {str(op._schema) for op in (
+    torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default, torch.ops.aten.conv3d.default,
+    torch.ops.aten.convolution.default)}
 _BATCH_NORM = str(torch.ops.aten.batch_norm.default._schema)
 _BATCH_NORM_EXPORT = str(torch.ops.aten._native_batch_norm_legit_no_training.default._schema)
 

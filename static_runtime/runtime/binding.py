@@ -6,7 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
+from static_runtime.frontend.export import ExportSignature, InputGuard
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Graph, Signature
 
@@ -179,3 +181,203 @@ def _checker(t: T.Type):
 
         return dict_check
     return None
+
+
+# --------------------------------------------------------------------------- torch.export
+
+
+class ExportBinder(Binder):
+    """Binds a call to an exported program's flat inputs: the user's nested arguments
+    (tuples, lists, dicts, keyword arguments) are flattened against the program's input
+    ``TreeSpec``, then checked against what the program was exported for (sizes that were
+    specialised, symbolic sizes within their range and equal where they share a symbol,
+    non-tensor inputs that were specialised) — ``torch.export``'s own input check, compiled
+    into flat lists once so that a call pays a few comparisons per input."""
+
+    def __init__(self, graph: Graph):
+        super().__init__(graph)
+        sig: ExportSignature = graph.signature
+        self.in_spec = sig.in_spec
+        self.ranges = sig.ranges
+        self._flatten = None if sig.flat_positional else _flattener(sig.in_spec)
+        self._kw_order = _kwarg_names(sig.in_spec)
+        # One record per checked input, so a call reads each tensor's shape once:
+        # (input, ndim or None for a non-tensor, ((dim, size), ...) specialised sizes,
+        #  ((dim, lo, hi, k), ...) first sight of symbol k, ((dim, k), ...) later sights of
+        #  symbol k, which must agree, guard). ``dim`` is None for a symbolic int input.
+        first: dict[str, int] = {}
+        self._where: list[int] = []  # symbol k -> the input it is first seen in
+        self._guards: list[tuple] = []
+        self._values: list[tuple] = []  # (input, value, guard): specialised non-tensors
+        for i, g in enumerate(sig.guards):
+            if g.is_tensor:
+                static = tuple((d, w) for d, w in enumerate(g.dims) if type(w) is int)
+                places = [(d, w) for d, w in enumerate(g.dims) if type(w) is str and w != "?"]
+            elif g.specialised:
+                self._values.append((i, g.value, g))
+                continue
+            else:
+                static, places = (), [(None, g.symbol)] if g.symbol else []
+            ranges, equal = [], []
+            for d, name in places:
+                if name in first:
+                    equal.append((d, first[name]))
+                else:
+                    first[name] = len(self._where)
+                    self._where.append(i)
+                    ranges.append((d, *self.ranges.get(name, (0, float("inf"))), first[name]))
+            if g.is_tensor or ranges or equal:
+                self._guards.append((i, len(g.dims) if g.is_tensor else None, static,
+                                     tuple(ranges), tuple(equal), g))
+
+    def bind(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        if self._flatten is not None:
+            if kwargs and self._kw_order is not None and list(kwargs) != self._kw_order \
+                    and set(kwargs) == set(self._kw_order):
+                kwargs = {k: kwargs[k] for k in self._kw_order}
+            leaves: list[Any] = []
+            if not self._flatten((args, kwargs), leaves):
+                spec = pytree.tree_flatten((tuple(args), kwargs))[1]
+                raise ArgumentError(
+                    f"the arguments are structured as {_spec_text(spec)}, but the program "
+                    f"was exported for {_spec_text(self.in_spec)}")
+            values = super().bind(tuple(leaves), {})
+        else:
+            values = super().bind(args, kwargs)
+        self._check(values)
+        return values
+
+    def _check(self, values: list[Any]) -> None:
+        seen = [0] * len(self._where)
+        for i, ndim, static, ranges, equal, g in self._guards:
+            x = values[i]
+            shape = x.shape if ndim is not None else None
+            if ndim is not None and len(shape) != ndim:
+                self._refuse(g, f"{ndim} dimensions {_dims_text(g.dims)}", _got(x))
+            for d, want in static:
+                if shape[d] != want:
+                    self._refuse(g, f"shape {_dims_text(g.dims)}", _got(x))
+            for d, lo, hi, k in ranges:
+                size = x if d is None else shape[d]
+                if not lo <= size <= hi:
+                    name = g.symbol if d is None else g.dims[d]
+                    self._refuse(g, f"{_dims_text(g.dims) if ndim is not None else 'an int'} "
+                                 f"with {_range_text(name, lo, hi)}", _got(x))
+                seen[k] = size
+            for d, k in equal:
+                size = x if d is None else shape[d]
+                if size != seen[k]:
+                    name = g.symbol if d is None else g.dims[d]
+                    self._refuse(g, f"{_dims_text(g.dims) if ndim is not None else 'an int'}, "
+                                 f"where {name} = {seen[k]} from "
+                                 f"{self.binder_path(self._where[k])}", _got(x))
+        for i, value, g in self._values:
+            x = values[i]
+            if type(x) is not type(value) or x != value:
+                self._refuse(g, f"{value!r} (specialised when exported)", repr(x))
+
+    def binder_path(self, i: int) -> str:
+        return self.graph.signature.guards[i].path
+
+    def _refuse(self, guard: InputGuard, expected: str, got: str) -> None:
+        raise ArgumentError(
+            f"argument {guard.path} expected {expected}, got {got}: the program was exported "
+            "for these; export with dynamic_shapes= for sizes that vary")
+
+
+def _got(x: Any) -> str:
+    return f"shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else repr(x)
+
+
+def _range_text(name: str, lo: float, hi: float) -> str:
+    return f"{lo} <= {name} <= {hi if hi != float('inf') else 'inf'}"
+
+
+def _flattener(spec: Any):
+    """A function ``f(tree, leaves) -> bool`` appending ``tree``'s leaves in ``spec``'s order,
+    False if ``tree`` has another structure. Tuples, lists and dicts are walked directly
+    (``pytree.tree_flatten`` costs microseconds per node); other node types go through pytree."""
+    if spec.type is tuple and spec.num_children == 2 and spec.child(1).type is dict \
+            and spec.child(1).num_children == 0 and spec.child(0).type is tuple and all(
+                c.is_leaf() or c.type in (list, tuple) and all(e.is_leaf() for e in c.children())
+                for c in spec.child(0).children()):
+        # Positional arguments that are leaves or flat lists/tuples of leaves (DLRM's
+        # ``indices``): one loop, no recursion.
+        plan = [(None, 1) if c.is_leaf() else (c.type, c.num_children)
+                for c in spec.child(0).children()]
+        n_args = len(plan)
+
+        def positional(tree, out):
+            args, kwargs = tree
+            if kwargs or len(args) != n_args:
+                return False
+            for (kind, n), a in zip(plan, args):
+                if kind is None:
+                    out.append(a)
+                elif type(a) is kind and len(a) == n:
+                    out.extend(a)
+                else:
+                    return False
+            return True
+
+        return positional
+    if spec.is_leaf():
+        def leaf(x, out):
+            out.append(x)
+            return True
+
+        return leaf
+    children = [_flattener(c) for c in spec.children()]
+    n = len(children)
+    if spec.type in (tuple, list):
+        kind = spec.type
+
+        def seq(x, out):
+            if type(x) is not kind or len(x) != n:
+                return False
+            return all(f(e, out) for f, e in zip(children, x))
+
+        return seq
+    if spec.type is dict:
+        keys = list(spec.context)
+
+        def mapping(x, out):
+            # Keys are matched by name: a dict given in another order is the same structure.
+            if type(x) is not dict or len(x) != n or any(k not in x for k in keys):
+                return False
+            return all(f(x[k], out) for f, k in zip(children, keys))
+
+        return mapping
+
+    def other(x, out):
+        leaves, got = pytree.tree_flatten(x)
+        if got != spec:
+            return False
+        out.extend(leaves)
+        return True
+
+    return other
+
+
+def make_binder(graph: Graph) -> Binder:
+    """The binder for ``graph``'s signature."""
+    if isinstance(graph.signature, ExportSignature):
+        return ExportBinder(graph)
+    return Binder(graph)
+
+
+def _kwarg_names(in_spec: Any) -> list[str] | None:
+    if in_spec is None or in_spec.num_children != 2:
+        return None
+    kwargs = in_spec.child(1)
+    return list(kwargs.context) if kwargs.type is dict else None
+
+
+def _dims_text(dims: tuple) -> str:
+    return "(" + ", ".join(str(d) for d in dims) + ("," if len(dims) == 1 else "") + ")"
+
+
+def _spec_text(spec: Any) -> str:
+    """``(args, kwargs)`` with ``*`` for each leaf."""
+    dummy = pytree.tree_unflatten(["*"] * spec.num_leaves, spec)
+    return repr(dummy).replace("'*'", "*")

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from static_runtime.frontend import import_model
+from static_runtime.frontend.export import ExportSignature, is_pt2
 from static_runtime.ir.graph import Graph
 from static_runtime.ir.verifier import verify
 from static_runtime.memory.cache import LayoutCache
@@ -28,7 +30,7 @@ from static_runtime.ops.registry import Tier
 from static_runtime.passes.pipeline import run_passes
 from static_runtime.runtime import metrics
 from static_runtime.runtime.ahead import plan_ahead
-from static_runtime.runtime.binding import Binder
+from static_runtime.runtime.binding import make_binder
 from static_runtime.runtime.codegen import CodeCache, CodegenExecutor
 from static_runtime.runtime.futures import check_launcher, using_launcher
 from static_runtime.runtime.interpreter import Interpreter, MemoryConfig
@@ -36,13 +38,18 @@ from static_runtime.runtime.options import StaticModuleOptions
 from static_runtime.runtime.plan import Control, ExecutionPlan, build_plan, may_hold_list_or_dict
 
 
-def prepare(model: Any, options: StaticModuleOptions | None = None) -> Graph:
-    """Import ``model`` and run the graph passes (PrepareForStaticRuntime); returns the IR."""
+def prepare(model: Any, options: StaticModuleOptions | None = None, *,
+            example_inputs: Any = None, dynamic_shapes: Any = None) -> Graph:
+    """Import ``model`` and run the graph passes (PrepareForStaticRuntime); returns the IR.
+
+    A plain ``nn.Module`` is exported with ``torch.export`` from ``example_inputs`` (and
+    ``dynamic_shapes``, passed through)."""
     options = options or StaticModuleOptions()
     if isinstance(model, PreparedGraph):
         # Prepared before (a module loaded from disk): used as is, the passes are not re-run.
         return model.graph
-    graph = import_model(model, freeze=options.freeze)
+    graph = import_model(model, freeze=options.freeze, example_inputs=example_inputs,
+                         dynamic_shapes=dynamic_shapes)
     verify(graph)
     run_passes(graph, options.passes_enabled(), verify_each=options.verify_passes)
     verify(graph)
@@ -63,16 +70,19 @@ class StaticModule:
     """A model prepared once for fast repeated inference.
 
     ``model`` is a ``torch.jit.ScriptModule``, ``ScriptFunction``, ``torch._C.Graph``, a
-    path to a TorchScript archive, or a prepared IR ``Graph``. Unsupported operators are
-    reported here, with kind, schema and source line.
+    path to a TorchScript archive, or a prepared IR ``Graph``; or a
+    ``torch.export.ExportedProgram``, a path to a ``.pt2`` archive, or a plain ``nn.Module``
+    with ``example_inputs`` (exported with ``torch.export``, ``dynamic_shapes`` passed
+    through). Unsupported operators are reported here, with kind, schema and source line.
     """
 
     def __init__(self, model: Any, options: StaticModuleOptions | None = None,
-                 example_inputs: Any = None):
+                 example_inputs: Any = None, *, dynamic_shapes: Any = None):
         if options is not None and not isinstance(options, StaticModuleOptions):
             raise TypeError(f"options must be StaticModuleOptions, got {type(options).__name__}")
         self.options = options or StaticModuleOptions()
-        self.graph: Graph = prepare(model, self.options)
+        self.graph: Graph = prepare(model, self.options, example_inputs=example_inputs,
+                                    dynamic_shapes=dynamic_shapes)
         manage = self.options.enable_out_variant and self.options.optimize_memory
         self.lifetimes = Lifetimes(0, ())
 
@@ -92,7 +102,10 @@ class StaticModule:
         self._codes = CodeCache(self.plan, _describe_model(model))
         self._memory = MemoryConfig(self.lifetimes, self.layouts, self.options.memory_planner,
                                     self.options.verify_memory_plans) if manage else None
-        self.binder = Binder(self.graph)
+        self.binder = make_binder(self.graph)
+        #: rebuilds the user's output structure from the graph's flat outputs (an exported
+        #: program returning a tuple, list or dict), or None: one output returned as is
+        self.unflatten_outputs = _output_unflattener(self.graph)
         # The runtime pool: idle runtimes, most recently returned last (LIFO: its arena and
         # code are warm). ``list.pop``/``append`` are atomic, so borrowing and returning take
         # no lock; only creating a runtime or waiting for one (``max_runtimes``) does.
@@ -263,6 +276,7 @@ class StaticRuntime:
     def __init__(self, module: StaticModule):
         self.module = module
         self.binder = module.binder
+        self._unflatten = module.unflatten_outputs
         self._interp = module.new_interpreter()
         # The runtime is free while ``_token`` holds its one element. Claiming it is one
         # ``list.pop``, atomic under the GIL: of two threads entering at once exactly one
@@ -309,6 +323,8 @@ class StaticRuntime:
         finally:
             del mode
             self._unclaim(True)
+        if self._unflatten is not None:
+            return self._unflatten(outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _run_with_threads(self, inputs: list[Any]) -> list[Any]:
@@ -391,5 +407,18 @@ def _describe_model(model: Any) -> str:
     if isinstance(model, torch.jit.ScriptFunction):
         return f"TorchScript function {model.name}"
     if isinstance(model, (str, os.PathLike)):
-        return f"TorchScript archive {os.fspath(model)}"
+        kind = "torch.export archive" if is_pt2(model) else "TorchScript archive"
+        return f"{kind} {os.fspath(model)}"
+    if isinstance(model, torch.export.ExportedProgram):
+        return "torch.export program"
+    if isinstance(model, torch.nn.Module):
+        return f"nn.Module {type(model).__name__} (exported with torch.export)"
     return type(model).__name__
+
+
+def _output_unflattener(graph: Graph):
+    sig = graph.signature
+    if not isinstance(sig, ExportSignature) or sig.out_is_leaf:
+        return None
+    spec = sig.out_spec
+    return lambda outputs: pytree.tree_unflatten(outputs, spec)

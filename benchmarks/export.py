@@ -1,0 +1,92 @@
+"""The torch.export frontend against the TorchScript one (issue 7): µs per call of our runtime
+built from the TorchScript import and from the ``torch.export`` import of the same model (as
+exported, and after ``run_decompositions()``), with eager PyTorch for reference.
+
+One process, one thread; every runner is timed in ``--repeats`` samples of ``--calls``
+calls, the runners alternated within each repeat, and the median sample is reported. Each
+runner's output is checked against eager's first. Models whose forward ``torch.export``
+refuses (``control_flow``, ``attribute_setter``) are exported from their rewrite in
+``static_runtime.models_export`` (same weights, same results); TorchScript and eager run the
+original. Exports use ``dynamic_shapes`` (a symbolic batch), as a served model would.
+
+    python benchmarks/export.py                       # all models, batch 1 and 32, ~1 minute
+    python benchmarks/export.py --models mlp,dlrm --batches 1 --repeats 5
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+
+import click
+import torch
+
+import static_runtime as sr
+from static_runtime.frontend.export import import_export
+from static_runtime.models import MODELS
+from static_runtime.models_export import export_case
+
+RUNNERS = ("eager", "ours: TorchScript", "ours: export", "ours: export, decomposed")
+
+
+def _runners(name: str, batch: int) -> tuple[dict, tuple]:
+    eager = MODELS[name].build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        scripted = torch.jit.script(eager)
+    # Exported from a batch of 2: an example of size 1 would specialise the batch dimension.
+    model, example, dynamic = export_case(name, batch=2)
+    ep = torch.export.export(model, example, dynamic_shapes=dynamic)
+    _, inputs, _ = export_case(name, batch=batch, seed=1)
+    from_export = sr.StaticModule(ep, example_inputs=inputs)
+    decomposed = sr.StaticModule(import_export(ep, decompose=True), example_inputs=inputs)
+    from_ts = sr.StaticModule(scripted, example_inputs=inputs)
+
+    def eager_fn(*xs):
+        with torch.inference_mode():
+            return eager(*xs)
+
+    runners = {RUNNERS[0]: eager_fn, RUNNERS[1]: from_ts.runtime(),
+               RUNNERS[2]: from_export.runtime(), RUNNERS[3]: decomposed.runtime()}
+    return runners, inputs
+
+
+def _time(fn, inputs: tuple, calls: int) -> float:
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn(*inputs)
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+@click.command()
+@click.option("--models", default=",".join(MODELS), help="comma-separated model names")
+@click.option("--batches", default="1,32", help="comma-separated batch sizes")
+@click.option("--repeats", default=7, show_default=True)
+@click.option("--calls", default=100, show_default=True)
+def main(models: str, batches: str, repeats: int, calls: int) -> None:
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, 1 thread, median of {repeats} x {calls} calls, µs per call")
+    header = f"| model | batch | {' | '.join(RUNNERS)} | export / TorchScript |"
+    print(header)
+    print("|" + " --- |" * (header.count("|") - 1))
+    for name in models.split(","):
+        for batch in (int(b) for b in batches.split(",")):
+            runners, inputs = _runners(name, batch)
+            expected = runners[RUNNERS[0]](*inputs)
+            for label, fn in runners.items():
+                torch.testing.assert_close(fn(*inputs), expected,
+                                           msg=lambda m, label=label, name=name: f"{name} {label}: {m}")
+                _time(fn, inputs, max(3, calls // 10))  # warm up
+            samples: dict[str, list[float]] = {label: [] for label in runners}
+            for _ in range(repeats):
+                for label, fn in runners.items():
+                    samples[label].append(_time(fn, inputs, calls))
+            med = {label: statistics.median(s) for label, s in samples.items()}
+            ratio = med[RUNNERS[2]] / med[RUNNERS[1]]
+            cells = " | ".join(f"{med[label]:.1f}" for label in RUNNERS)
+            print(f"| {name} | {batch} | {cells} | {ratio:.2f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
