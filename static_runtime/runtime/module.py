@@ -19,7 +19,7 @@ import torch
 import torch.utils._pytree as pytree
 
 from static_runtime.frontend import import_model
-from static_runtime.frontend.export import ExportSignature, is_pt2
+from static_runtime.frontend.export import ExportSignature, is_pt2, split_example
 from static_runtime.ir.graph import Graph
 from static_runtime.ir.verifier import verify
 from static_runtime.memory.cache import LayoutCache
@@ -118,7 +118,7 @@ class StaticModule:
         #: if no example inputs were given)
         self.ahead_of_time_error: str | None = None
         if example_inputs is not None and self._memory is not None:
-            args, kwargs = _split_example(example_inputs)
+            args, kwargs = split_example(example_inputs)
             self.ahead_of_time_error = plan_ahead(self, self.binder.bind(args, kwargs))
 
     @classmethod
@@ -385,18 +385,6 @@ def _launch(call: Any, args: Any, kwargs: Any, launcher: Any) -> torch.futures.F
 
     launcher(task)
     return future
-
-
-def _split_example(example_inputs: Any) -> tuple[tuple, dict]:
-    """``example_inputs`` is a tuple of positional arguments, or ``(args, kwargs)``."""
-    if (isinstance(example_inputs, tuple) and len(example_inputs) == 2
-            and isinstance(example_inputs[0], tuple) and isinstance(example_inputs[1], dict)):
-        return example_inputs[0], example_inputs[1]
-    if isinstance(example_inputs, tuple):
-        return example_inputs, {}
-    if isinstance(example_inputs, list):
-        return tuple(example_inputs), {}
-    return (example_inputs,), {}
 
 
 def _describe_model(model: Any) -> str:
