@@ -35,7 +35,7 @@ from typing import Any
 import torch
 
 from static_runtime.ir.graph import Value
-from static_runtime.memory.cache import _sig
+from static_runtime.memory.cache import _sig, signature
 from static_runtime.ops import schema as S
 from static_runtime.ops.registry import Tier
 from static_runtime.runtime.futures import fork
@@ -477,24 +477,33 @@ class CodeCache:
         #: specialises code on the input signature its guard checks (None: off)
         self.specializer = Specializer(plan) if specialize else None
         self._items: OrderedDict[tuple, GeneratedCode] = OrderedDict()
+        self._specs: OrderedDict[tuple, Specialization] = OrderedDict()
         self._lock = threading.Lock()
         self.latest: GeneratedCode | None = None
 
     def spec_for(self, guard: tuple[bool, ...] | None, key: tuple | None
                  ) -> Specialization | None:
+        """What code guarded by ``key`` may fold (None when not specialising)."""
         if self.specializer is None or guard is None or key is None:
             return None
-        return self.specializer.specialize(key)
+        with self._lock:
+            spec = self._specs.get(key)
+            if spec is None:
+                spec = self._specs[key] = self.specializer.specialize(key)
+            self._specs.move_to_end(key)
+            while self.maxsize is not None and len(self._specs) > self.maxsize:
+                self._specs.popitem(last=False)
+        return spec
 
     def get(self, arena_slots: frozenset[int], layout_id: int | None,
             guard: tuple[bool, ...] | None = None, key: tuple | None = None) -> GeneratedCode:
         specialized = self.specializer is not None and guard is not None and key is not None
         cache_key = (layout_id, arena_slots, guard, key if specialized else None)
+        spec = self.spec_for(guard, key)
         with self._lock:
             code = self._items.get(cache_key)
             if code is None:
-                code = generate(self.plan, arena_slots, self.title, guard,
-                                spec=self.spec_for(guard, key))
+                code = generate(self.plan, arena_slots, self.title, guard, spec=spec)
                 self._items[cache_key] = code
             self._items.move_to_end(cache_key)
             while self.maxsize is not None and len(self._items) > self.maxsize:
@@ -514,6 +523,18 @@ class CodegenExecutor(Interpreter):
         self._code: GeneratedCode | None = None
         self._direct = False
         self._plain_outputs = False
+        #: specialising although memory is not planned per signature (so ``prepare`` keeps
+        #: no key): the executor keeps the signature itself
+        self._own_key = codes.specializer is not None and not (
+            memory is not None and self._managed)
+
+    def prepare(self, inputs: list[Any]) -> None:
+        super().prepare(inputs)
+        if self._own_key:
+            key = signature(inputs)
+            if key != self._key:
+                self._key = key
+                self._fast = None
 
     def install(self, layout) -> None:
         super().install(layout)
@@ -578,8 +599,18 @@ class CodegenExecutor(Interpreter):
         # Check the signature inside the generated code when memory is planned per
         # signature and no output arena needs its own check before a call.
         guarded = self._key is not None and not (self.layout and self.layout.outputs)
-        return tuple(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype)
-                     for k in self._key) if guarded else None
+        if not guarded:
+            return None
+        guard = tuple(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype)
+                      for k in self._key)
+        if self._own_key:
+            # Checking the signature costs time on every call: only worth it when the code
+            # for this signature folds something (otherwise the generic code runs, as it
+            # would with specialisation off).
+            spec = self.codes.spec_for(guard, self._key)
+            if not (spec.known or spec.taken or spec.dropped):
+                return None
+        return guard
 
     def _bind(self) -> Callable[..., list[Any]]:
         values = self.values
