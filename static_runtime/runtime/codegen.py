@@ -282,11 +282,12 @@ class _Emitter:
         for k, blk in enumerate(pn.blocks):
             if k == 1:
                 self.emit(indent, "else:")
+            start = len(self.lines)
             self.block(blk, indent + 1)
             if targets:
                 values = ", ".join(self.expr[s] for s in blk.outputs)
                 self.emit(indent + 1, f"{', '.join(targets)}, = {values},")
-            elif not blk.nodes:
+            elif len(self.lines) == start:  # no nodes, or all left out by specialisation
                 self.emit(indent + 1, "pass")
         self.stack.pop()
 
@@ -322,6 +323,7 @@ class _Emitter:
             self.emit(indent, f"{cond} = {cond0}")
             self.emit(indent, f"while {cond} and {it} < {trip}:", pn)
         self.stack.append(pn)
+        start = len(self.lines)
         self.block(body, indent + 1)
         self.stack.pop()
         if not counted:
@@ -331,7 +333,7 @@ class _Emitter:
             self.emit(indent + 1, f"{', '.join(params)}, = {outs},")
         if not counted:
             self.emit(indent + 1, f"{it} += 1")
-        elif not body.nodes and not params:
+        elif len(self.lines) == start and not params:
             self.emit(indent + 1, "pass")
         if pn.outputs:
             targets = [self.local(s) for s in pn.outputs]

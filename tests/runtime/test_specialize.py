@@ -203,3 +203,24 @@ def test_writes_that_change_facts_keep_them_unfolded():
     code = _run_lines(_code_for(mod, x, [x]))
     # The input list is appended to: its length after that is not the key's.
     assert "len(" in code, code
+
+
+def _emptied_blocks(x: Tensor, n: int) -> Tensor:
+    y = x * 2.0
+    if bool(x.sum() > 100.0):
+        print("large")
+    else:
+        if x.dim() == 3:
+            print("3-D")
+    for _ in range(n):
+        if x.dim() == 4:
+            print("4-D")
+    return y + 1.0
+
+
+def test_blocks_emptied_by_specialisation_still_compile():
+    x = torch.randn(2, 3)
+    mod = check(_emptied_blocks, [x, 2], [torch.randn(2, 3, 4), 3])["default"]
+    body = _run_lines(_code_for(mod, x, 2))
+    assert ".dim()" not in body and "pass" in body, body
+    torch.testing.assert_close(mod(x, 2), _emptied_blocks(x, 2))
