@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import types as T
 from static_runtime.ir.graph import Value
 from static_runtime.memory.cache import _sig, signature
 from static_runtime.ops import schema as S
@@ -605,8 +606,11 @@ class CodegenExecutor(Interpreter):
         guarded = self._key is not None and not (self.layout and self.layout.outputs)
         if not guarded:
             return None
+        # The direct tensor check only for inputs typed ``Tensor``: an ``Optional[Tensor]``
+        # may be None on the next call (``_sig`` compares anything).
         guard = tuple(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype)
-                      for k in self._key)
+                      and isinstance(v.type, T.TensorType)
+                      for k, v in zip(self._key, self.plan.graph.inputs))
         if self._own_key:
             # Checking the signature costs time on every call: only worth it when the code
             # for this signature folds something (otherwise the generic code runs, as it

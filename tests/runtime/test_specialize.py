@@ -224,3 +224,27 @@ def test_blocks_emptied_by_specialisation_still_compile():
     body = _run_lines(_code_for(mod, x, 2))
     assert ".dim()" not in body and "pass" in body, body
     torch.testing.assert_close(mod(x, 2), _emptied_blocks(x, 2))
+
+
+class _OptionalInput(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x: Tensor | None, y: Tensor) -> Tensor:
+        z = torch.relu(self.lin(y)) * 3.0
+        if x is None:
+            return z + 1.0
+        return z + x
+
+
+@pytest.mark.parametrize("options", [sr.StaticModuleOptions(), OFF], ids=["on", "off"])
+def test_optional_tensor_input_switching_to_none(options):
+    model = _OptionalInput().eval()
+    y = torch.randn(2, 3)
+    check(model, [torch.randn(3), y], [None, y], options={"case": options})
+    mod = sr.StaticModule(torch.jit.script(model), options=options)
+    for x in (torch.randn(3), torch.randn(3), None, None, torch.randn(3), None):
+        torch.testing.assert_close(mod(x, y), model(x, y))
+    if options.specialize_signature:
+        assert " is None" not in _run_lines(mod.code)
