@@ -27,14 +27,16 @@ import linecache
 import math
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from static_runtime.ir import types as T
 from static_runtime.ir.graph import Value
-from static_runtime.memory.cache import _sig
+from static_runtime.memory.cache import _sig, signature
 from static_runtime.ops import schema as S
 from static_runtime.ops.registry import Tier
 from static_runtime.runtime.futures import fork
@@ -45,6 +47,7 @@ from static_runtime.runtime.interpreter import (
     annotate,
 )
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
+from static_runtime.runtime.specialize import Specialization, Specializer
 
 _counter = itertools.count()
 
@@ -135,8 +138,11 @@ def _literal(value: Any) -> str | None:
 
 class _Emitter:
     def __init__(self, plan: ExecutionPlan, arena: frozenset[int], title: str,
-                 guard: tuple[bool, ...] | None, timed: bool = False):
+                 guard: tuple[bool, ...] | None, timed: bool = False,
+                 spec: Specialization | None = None):
         self.plan = plan
+        #: what the input signature the guard checks determines (None: nothing assumed)
+        self.spec = spec
         #: the profiler's variant: a clock reading after each top-level node, returned
         #: with the outputs (``benchmark_individual_ops``)
         self.timed = timed
@@ -159,6 +165,13 @@ class _Emitter:
             if lit is None:
                 lit = self.bind(const, f"c_{value_of[slot].name}")
             self.expr[slot] = lit
+        #: slots bound to a local name (what ``del`` may release)
+        self.defined: set[int] = set()
+        if spec is not None:
+            for slot, value in spec.known.items():
+                lit = _literal(value)
+                self.expr[slot] = lit if lit is not None else self.bind(
+                    value, f"k_{value_of[slot].name}")
         self.arena_names = {s: self.names.fresh(f"m_{value_of[s].name}") for s in sorted(arena)}
 
     # -- helpers
@@ -170,6 +183,7 @@ class _Emitter:
     def local(self, slot: int) -> str:
         name = self.names.fresh(self.value_of[slot].name)
         self.expr[slot] = name
+        self.defined.add(slot)
         return name
 
     def emit(self, indent: int, text: str, node: ProcessedNode | None = None) -> None:
@@ -190,7 +204,7 @@ class _Emitter:
             if top and k < len(block.nodes) - 1:  # after the last node, return releases all
                 dead = [s for s, at in last_use.items() if at == k]
                 names = [self.expr[s] for s in dead
-                         if s not in self.arena and s in self.top_defined]
+                         if s not in self.arena and s in self.top_defined and s in self.defined]
                 if names:
                     self.emit(indent, f"del {', '.join(names)}")
                     for s in dead:
@@ -199,6 +213,8 @@ class _Emitter:
                 self.stamp(indent)
 
     def node(self, pn: ProcessedNode, indent: int) -> None:
+        if self.spec is not None and pn.node in self.spec.dropped:
+            return
         if pn.control is Control.IF:
             return self.if_node(pn, indent)
         if pn.control is Control.LOOP:
@@ -257,6 +273,9 @@ class _Emitter:
         self.emit(indent, f"{self.local(outs[0])} = {expr}", pn)
 
     def if_node(self, pn: ProcessedNode, indent: int) -> None:
+        taken = self.spec.taken.get(pn.node) if self.spec is not None else None
+        if taken is not None:
+            return self.taken_branch(pn, pn.blocks[taken], indent)
         targets = [self.local(s) for s in pn.outputs]
         cond = self.expr[pn.inputs[0]]
         self.emit(indent, f"if {cond}:", pn)
@@ -264,12 +283,26 @@ class _Emitter:
         for k, blk in enumerate(pn.blocks):
             if k == 1:
                 self.emit(indent, "else:")
+            start = len(self.lines)
             self.block(blk, indent + 1)
             if targets:
                 values = ", ".join(self.expr[s] for s in blk.outputs)
                 self.emit(indent + 1, f"{', '.join(targets)}, = {values},")
-            elif not blk.nodes:
+            elif len(self.lines) == start:  # no nodes, or all left out by specialisation
                 self.emit(indent + 1, "pass")
+        self.stack.pop()
+
+    def taken_branch(self, pn: ProcessedNode, blk: ProcessedBlock, indent: int) -> None:
+        """An ``if`` whose condition the signature decides: only the taken branch, inline;
+        the outputs not folded to constants bound to its values."""
+        self.stack.append(pn)
+        self.block(blk, indent)
+        pairs = [(out, inner) for out, inner in zip(pn.outputs, blk.outputs)
+                 if out not in self.spec.known]
+        if pairs:
+            values = ", ".join(self.expr[inner] for _, inner in pairs)
+            targets = ", ".join(self.local(out) for out, _ in pairs)
+            self.emit(indent, f"{targets} = {values}")
         self.stack.pop()
 
     def loop_node(self, pn: ProcessedNode, indent: int) -> None:
@@ -291,6 +324,7 @@ class _Emitter:
             self.emit(indent, f"{cond} = {cond0}")
             self.emit(indent, f"while {cond} and {it} < {trip}:", pn)
         self.stack.append(pn)
+        start = len(self.lines)
         self.block(body, indent + 1)
         self.stack.pop()
         if not counted:
@@ -300,7 +334,7 @@ class _Emitter:
             self.emit(indent + 1, f"{', '.join(params)}, = {outs},")
         if not counted:
             self.emit(indent + 1, f"{it} += 1")
-        elif not body.nodes and not params:
+        elif len(self.lines) == start and not params:
             self.emit(indent + 1, "pass")
         if pn.outputs:
             targets = [self.local(s) for s in pn.outputs]
@@ -338,8 +372,13 @@ class _Emitter:
         for pn in plan.block.nodes:
             self.top_defined.update(pn.outputs)
         params = [self.local(s) for s in plan.block.inputs]
+        spec = self.spec
+        specialised = [] if spec is None else [(
+            f"# Specialised on its input signature: {len(spec.known)} values folded, "
+            f"{len(spec.taken)} branches decided, {len(spec.dropped)} nodes left out.")]
         header = [
             f"# Generated by static_runtime for {self.title}.",
+            *specialised,
             "# One line per IR node; globals hold the bound operators and constants,",
             "# the factory's parameters the arena tensors of one memory layout and the",
             "# input signature it was planned for.",
@@ -408,12 +447,17 @@ class SignatureChanged(Exception):
 
 
 def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str,
-             guard: tuple[bool, ...] | None = None, timed: bool = False) -> GeneratedCode:
+             guard: tuple[bool, ...] | None = None, timed: bool = False,
+             spec: Specialization | None = None) -> GeneratedCode:
     """Generate, compile and return the code for ``plan`` with ``arena_slots`` in the arena;
     with ``guard`` (per input: is it a tensor), the code checks the input signature first.
     ``timed``: the function returns ``(outputs, stamps)``, ``stamps`` the
-    ``time.perf_counter_ns()`` readings at its start and after each top-level node."""
-    emitter = _Emitter(plan, arena_slots, title, guard, timed)
+    ``time.perf_counter_ns()`` readings at its start and after each top-level node.
+    ``spec`` (only with ``guard``: the code may assume only the signature it checks): the
+    values, branches and dead nodes that signature decides (``runtime.specialize``)."""
+    if guard is None:
+        spec = None
+    emitter = _Emitter(plan, arena_slots, title, guard, timed, spec)
     source = emitter.function()
     filename = f"<static_runtime generated {next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -424,28 +468,51 @@ def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str,
 
 
 class CodeCache:
-    """Generated code per (layout, values kept out of the arena), shared by a module's
-    runtimes."""
+    """Generated code per (layout, values kept out of the arena, and, when specialised, input
+    signature), shared by a module's runtimes; the least recently used of more than
+    ``maxsize`` entries is dropped (runtimes keep the functions they hold)."""
 
-    def __init__(self, plan: ExecutionPlan, title: str):
+    def __init__(self, plan: ExecutionPlan, title: str, *, specialize: bool = False,
+                 maxsize: int | None = None):
         import threading
 
         self.plan = plan
         self.title = title
-        self._items: dict[tuple, GeneratedCode] = {}
+        self.maxsize = maxsize
+        #: specialises code on the input signature its guard checks (None: off)
+        self.specializer = Specializer(plan) if specialize else None
+        self._items: OrderedDict[tuple, GeneratedCode] = OrderedDict()
+        self._specs: OrderedDict[tuple, Specialization] = OrderedDict()
         self._lock = threading.Lock()
         self.latest: GeneratedCode | None = None
 
+    def spec_for(self, guard: tuple[bool, ...] | None, key: tuple | None
+                 ) -> Specialization | None:
+        """What code guarded by ``key`` may fold (None when not specialising)."""
+        if self.specializer is None or guard is None or key is None:
+            return None
+        with self._lock:
+            spec = self._specs.get(key)
+            if spec is None:
+                spec = self._specs[key] = self.specializer.specialize(key)
+            self._specs.move_to_end(key)
+            while self.maxsize is not None and len(self._specs) > self.maxsize:
+                self._specs.popitem(last=False)
+        return spec
+
     def get(self, arena_slots: frozenset[int], layout_id: int | None,
-            guard: tuple[bool, ...] | None = None) -> GeneratedCode:
-        key = (layout_id, arena_slots, guard)
-        code = self._items.get(key)
-        if code is None:
-            with self._lock:
-                code = self._items.get(key)
-                if code is None:
-                    code = generate(self.plan, arena_slots, self.title, guard)
-                    self._items[key] = code
+            guard: tuple[bool, ...] | None = None, key: tuple | None = None) -> GeneratedCode:
+        specialized = self.specializer is not None and guard is not None and key is not None
+        cache_key = (layout_id, arena_slots, guard, key if specialized else None)
+        spec = self.spec_for(guard, key)
+        with self._lock:
+            code = self._items.get(cache_key)
+            if code is None:
+                code = generate(self.plan, arena_slots, self.title, guard, spec=spec)
+                self._items[cache_key] = code
+            self._items.move_to_end(cache_key)
+            while self.maxsize is not None and len(self._items) > self.maxsize:
+                self._items.popitem(last=False)
         self.latest = code
         return code
 
@@ -461,6 +528,18 @@ class CodegenExecutor(Interpreter):
         self._code: GeneratedCode | None = None
         self._direct = False
         self._plain_outputs = False
+        #: specialising although memory is not planned per signature (so ``prepare`` keeps
+        #: no key): the executor keeps the signature itself
+        self._own_key = codes.specializer is not None and not (
+            memory is not None and self._managed)
+
+    def prepare(self, inputs: list[Any]) -> None:
+        super().prepare(inputs)
+        if self._own_key:
+            key = signature(inputs)
+            if key != self._key:
+                self._key = key
+                self._fast = None
 
     def install(self, layout) -> None:
         super().install(layout)
@@ -514,8 +593,9 @@ class CodegenExecutor(Interpreter):
         ``generate``). Exceptions are then mapped to nodes through it: meant for an
         executor of the profiler's own."""
         self._fast or self._bind()
-        code = generate(self.plan, self._arena_slots(), self.codes.title, self._guard(),
-                        timed=timed)
+        guard = self._guard()
+        code = generate(self.plan, self._arena_slots(), self.codes.title, guard, timed=timed,
+                        spec=self.codes.spec_for(guard, self._key))
         self._code = code
         fn = code.factory(*[self.values[s] for s in code.arena_slots], self._refused, self._key)
         return fn, not self._direct
@@ -524,8 +604,21 @@ class CodegenExecutor(Interpreter):
         # Check the signature inside the generated code when memory is planned per
         # signature and no output arena needs its own check before a call.
         guarded = self._key is not None and not (self.layout and self.layout.outputs)
-        return tuple(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype)
-                     for k in self._key) if guarded else None
+        if not guarded:
+            return None
+        # The direct tensor check only for inputs typed ``Tensor``: an ``Optional[Tensor]``
+        # may be None on the next call (``_sig`` compares anything).
+        guard = tuple(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype)
+                      and isinstance(v.type, T.TensorType)
+                      for k, v in zip(self._key, self.plan.graph.inputs))
+        if self._own_key:
+            # Checking the signature costs time on every call: only worth it when the code
+            # for this signature folds something (otherwise the generic code runs, as it
+            # would with specialisation off).
+            spec = self.codes.spec_for(guard, self._key)
+            if not (spec.known or spec.taken or spec.dropped):
+                return None
+        return guard
 
     def _bind(self) -> Callable[..., list[Any]]:
         values = self.values
@@ -533,7 +626,7 @@ class CodegenExecutor(Interpreter):
         layout_id = id(self.layout) if self.layout is not None else None
         guard = self._guard()
         guarded = guard is not None
-        code = self.codes.get(arena, layout_id, guard)
+        code = self.codes.get(arena, layout_id, guard, self._key)
         self._code = code
         self._fast = code.factory(*[values[s] for s in code.arena_slots], self._refused,
                                   self._key)

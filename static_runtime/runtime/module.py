@@ -99,7 +99,9 @@ class StaticModule:
                                  if may_hold_list_or_dict(v.type)),
             fast_bindings=self.options.fast_bindings)
         self.layouts = LayoutCache(self.options.plan_cache_size)
-        self._codes = CodeCache(self.plan, _describe_model(model))
+        self._codes = CodeCache(self.plan, _describe_model(model),
+                                specialize=self.options.specialize_signature,
+                                maxsize=self.options.plan_cache_size)
         self._memory = MemoryConfig(self.lifetimes, self.layouts, self.options.memory_planner,
                                     self.options.verify_memory_plans) if manage else None
         self.binder = make_binder(self.graph)

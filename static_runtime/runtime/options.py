@@ -63,6 +63,10 @@ class StaticModuleOptions:
     #: this module runs; the previous count is restored afterwards. 0 leaves torch's setting.
     #: See README, "Threads, pool and async", for what PyTorch makes per thread and what not.
     intra_op_threads: int = 0
+    #: Generated code assumes what the input signature its guard checks fixes (shapes, dtypes,
+    #: list lengths, int values): folds the metadata and branches they decide and leaves out
+    #: the nodes that were only there for them. Does nothing with ``executor="interpreter"``.
+    specialize_signature: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -1,0 +1,367 @@
+"""Signature specialisation: what the generated code may assume from the input signature it
+checks, and which nodes that decides.
+
+Generated code for a memory layout starts with a guard that raises ``SignatureChanged`` unless
+the call's inputs match the layout's key (``memory.cache.signature``): per input, a tensor's
+dtype and shape; an int's, bool's or str's type and value; a list's or tuple's type, length
+and, recursively, its elements' signatures; ``None`` as its type. Past the guard those are
+facts. This module propagates them through the nodes they determine — tensor metadata
+(``dim``, ``size``, ``numel``, ``prim::dtype``, ``len`` of a tensor), list length and
+indexing, unpacking, scalar arithmetic and comparisons, ``is None`` tests — and through
+``prim::If`` whose condition becomes a constant (only the taken branch runs). The generated
+code then binds folded values as literals and leaves out the nodes nobody needs any more.
+
+Soundness rules:
+
+* facts only come from the guard's key and from the graph's scalar constants; a device,
+  strides, contiguity or ``requires_grad`` are not in the key and are never assumed;
+* a list fact holds only for a value no node may change as a list (the alias analysis'
+  ``writers(..., same_object=True)``: ``append``, ``pop``, ``__setitem__`` ...); a tensor
+  fact only for a value no node may write except through an in-place operator that keeps
+  metadata (tagged ``inplace`` but not ``inplace_view`` by PyTorch, writing only ``self``:
+  ``relu_`` keeps the shape, ``unsqueeze_``, ``resize_``, ``set_`` and ``out=`` do not);
+* a node is folded by running the runtime's own implementation (``ProcessedNode.fn``) on
+  the known values (on a meta tensor of the known dtype and shape for tensor metadata), so
+  the constant is exactly what the call would have computed; if it raises, it is not folded;
+* nodes with effects (``passes.effects.has_side_effects``: raise, warn, random draws...) or
+  writes (``AliasDb.writes``) are always kept; ``prim::fork`` blocks are left as they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from static_runtime.ir.graph import Node
+from static_runtime.ops import schema as S
+from static_runtime.passes.alias import TENSOR, AliasDb, shallow_families
+from static_runtime.passes.effects import has_side_effects, is_nondeterministic
+from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
+
+
+@dataclass(frozen=True)
+class Const:
+    """The value is this constant (an int, bool, float, str, None or dtype)."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class TensorFact:
+    """The value is a tensor of this dtype and shape (its device and strides are unknown)."""
+
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SeqFact:
+    """The value is a list or tuple of exactly these elements (a fact or None each)."""
+
+    type: type
+    elems: tuple[Any, ...]
+
+
+Fact = Const | TensorFact | SeqFact
+
+#: Tensor metadata the key determines: evaluated on a meta tensor of the known dtype/shape.
+_METADATA_KINDS = frozenset({"aten::dim", "aten::size", "aten::numel", "prim::dtype",
+                             "aten::len", "aten::is_floating_point", "aten::is_complex"})
+_SCALAR_TYPES = frozenset({"int", "bool", "float", "str"})
+_CONST_TYPES = (int, float, str, bool, type(None), torch.dtype)
+
+
+@dataclass
+class Specialization:
+    """What generated code for one input signature folds and leaves out."""
+
+    #: slot → the constant it holds on every call with this signature
+    known: dict[int, Any] = field(default_factory=dict)
+    #: ``prim::If`` node → the index of the branch taken on every such call
+    taken: dict[Node, int] = field(default_factory=dict)
+    #: nodes whose results nobody needs once the above is folded (not emitted)
+    dropped: set[Node] = field(default_factory=set)
+
+
+def key_fact(k: Any) -> Fact | None:
+    """The fact a signature entry (``memory.cache._sig``'s form) guarantees, if any."""
+    if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype):
+        return TensorFact(k[0], tuple(k[1]))
+    if k is type(None):
+        return Const(None)
+    if isinstance(k, tuple) and len(k) == 2:
+        kind, v = k
+        # ``_sig`` records ``type(x)``: only the exact builtin types are trusted.
+        if kind in (int, bool, str) and type(v) is kind:
+            return Const(v)
+        if kind in (list, tuple) and isinstance(v, tuple):
+            return SeqFact(kind, tuple(key_fact(e) for e in v))
+    return None
+
+
+class Specializer:
+    """Specialises one execution plan's code per input signature; the alias facts it needs
+    (which inputs may be written) are computed once."""
+
+    def __init__(self, plan: ExecutionPlan):
+        self.plan = plan
+        self._db: AliasDb | None = None
+        self._value_of = {slot: v for v, slot in plan.slot_of.items()}
+        self._stable: dict[tuple[int, str], bool] = {}
+        self._keeps: dict[Node, bool] = {}
+
+    @property
+    def db(self) -> AliasDb:
+        if self._db is None:
+            self._db = AliasDb(self.plan.graph)
+        return self._db
+
+    def stable(self, slot: int, fact: Fact) -> bool:
+        """Whether ``fact`` about the value in ``slot`` holds for as long as the value lives:
+        nothing may change the list it describes, or the tensor's dtype and shape."""
+        if isinstance(fact, Const) or (isinstance(fact, SeqFact) and fact.type is tuple):
+            return True  # immutable (what a tuple holds has facts of its own)
+        kind = "list" if isinstance(fact, SeqFact) else "tensor"
+        ok = self._stable.get((slot, kind))
+        if ok is None:
+            v = self._value_of[slot]
+            if kind == "list":
+                ok = not self.db.writers(v, same_object=True)
+            else:
+                ok = all(self._keeps_metadata(n) for n in self.db.writers(v))
+            self._stable[(slot, kind)] = ok
+        return ok
+
+    def _keeps_metadata(self, node: Node) -> bool:
+        """Whether every tensor ``node`` may write keeps its dtype and shape."""
+        ok = self._keeps.get(node)
+        if ok is None:
+            ok = _keeps_metadata(node, self.db)
+            self._keeps[node] = ok
+        return ok
+
+    def specialize(self, key: tuple) -> Specialization:
+        """Fold what ``key`` (the signature the code's guard checks) determines."""
+        run = _Run(self)
+        plan = self.plan
+        for slot, const in plan.constants.items():
+            if type(const) in _CONST_TYPES:
+                run.facts[slot] = Const(const)
+        for slot, k in zip(plan.block.inputs, key):
+            fact = key_fact(k)
+            if fact is not None and self.stable(slot, fact):
+                run.facts[slot] = fact
+        run.block(plan.block)
+        spec = Specialization(taken=run.taken)
+        spec.known = {s: f.value for s, f in run.facts.items()
+                      if isinstance(f, Const) and s in run.folded}
+        _Liveness(self, spec).top(plan.block)
+        return spec
+
+
+class _Run:
+    """Forward propagation of facts through one plan, in program order."""
+
+    def __init__(self, owner: Specializer):
+        self.owner = owner
+        self.facts: dict[int, Fact] = {}
+        self.taken: dict[Node, int] = {}
+        #: slots made constant by this analysis (not the graph's own constants)
+        self.folded: set[int] = set()
+
+    def set(self, slot: int, fact: Fact | None) -> None:
+        if fact is not None and self.owner.stable(slot, fact):
+            self.facts[slot] = fact
+            if isinstance(fact, Const):
+                self.folded.add(slot)
+
+    def block(self, block: ProcessedBlock) -> None:
+        for pn in block.nodes:
+            self.node(pn)
+
+    def node(self, pn: ProcessedNode) -> None:
+        if pn.control is Control.FORK:
+            return  # the forked block sees only what is passed in: not analysed
+        if pn.control is Control.LOOP:
+            self.block(pn.blocks[0])  # carried values and the counter stay unknown
+            return
+        if pn.control is Control.IF:
+            cond = self.facts.get(pn.inputs[0])
+            if isinstance(cond, Const) and type(cond.value) is bool:
+                k = 0 if cond.value else 1
+                self.taken[pn.node] = k
+                self.block(pn.blocks[k])
+                for out, inner in zip(pn.outputs, pn.blocks[k].outputs):
+                    self.set(out, self.facts.get(inner))
+            else:
+                for b in pn.blocks:
+                    self.block(b)
+            return
+        if has_side_effects(pn.node) or is_nondeterministic(pn.node) or self.owner.db.writes(
+                pn.node):
+            return
+        facts = [self.facts.get(s) for s in pn.inputs]
+        for out, fact in zip(pn.outputs, self.evaluate(pn, facts)):
+            self.set(out, fact)
+
+    def evaluate(self, pn: ProcessedNode, facts: list[Fact | None]) -> list[Fact | None]:
+        kind = pn.kind
+        if kind in ("prim::ListUnpack", "prim::TupleUnpack"):
+            seq = facts[0]
+            if isinstance(seq, SeqFact) and len(seq.elems) == len(pn.outputs):
+                return list(seq.elems)
+            return []
+        if kind == "prim::unchecked_cast":
+            return facts[:1]
+        if kind in ("aten::__getitem__", "prim::TupleIndex") and len(facts) == 2:
+            seq, idx = facts
+            if (isinstance(seq, SeqFact) and isinstance(idx, Const) and type(idx.value) is int
+                    and -len(seq.elems) <= idx.value < len(seq.elems)):
+                return [seq.elems[idx.value]]
+            return []
+        if kind == "aten::len" and len(facts) == 1 and isinstance(facts[0], SeqFact):
+            return [Const(len(facts[0].elems))]
+        if kind in ("aten::__is__", "aten::__isnot__"):
+            return [_identity(kind, *facts)]
+        if len(pn.outputs) != 1 or pn.fn is None or pn.node.schema is None:
+            return []
+        if kind in _METADATA_KINDS and facts and isinstance(facts[0], TensorFact):
+            return [self._metadata(pn, facts)]
+        if facts and all(isinstance(f, Const) for f in facts) and _scalar_only(pn.node.schema):
+            return [_call(pn, [f.value for f in facts], S.parse(pn.node.schema).returns[0].type)]
+        return []
+
+    def _metadata(self, pn: ProcessedNode, facts: list[Fact | None]) -> Fact | None:
+        t = facts[0]
+        rest = facts[1:]
+        if not all(isinstance(f, Const) for f in rest):
+            return None
+        try:
+            meta = torch.empty(t.shape, dtype=t.dtype, device="meta")
+            value = pn.fn(meta, *[f.value for f in rest])
+        except Exception:  # noqa: BLE001  (the call would raise too: leave it to the call)
+            return None
+        if isinstance(value, list):
+            # ``aten::size``: a new list each call; its length and items are facts as long as
+            # nothing writes it.
+            if all(type(v) is int for v in value):
+                return SeqFact(list, tuple(Const(v) for v in value))
+            return None
+        return Const(value) if type(value) in _CONST_TYPES else None
+
+
+def _keeps_metadata(node: Node, db: AliasDb) -> bool:
+    written = [w for w in db.writes(node) if TENSOR in shallow_families(w.type)]
+    if not written:
+        return True
+    if node.schema is None:
+        return False
+    info = S.parse(node.schema)
+    if not info.arguments or [a.is_write for a in info.arguments] != [True] + [False] * (
+            len(info.arguments) - 1):
+        return False
+    try:
+        packet = getattr(getattr(torch.ops, info.namespace), info.base_name)
+        tags = getattr(packet, info.overload or "default").tags
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.Tag.inplace in tags and torch.Tag.inplace_view not in tags
+
+
+def _identity(kind: str, a: Fact | None, b: Fact | None) -> Const | None:
+    """``a is b`` / ``a is not b`` when one side is None and the other known to be None or
+    known not to be (a tensor or a sequence)."""
+    def none(f: Fact | None) -> bool | None:
+        if isinstance(f, Const) and f.value is None:
+            return True
+        if isinstance(f, (TensorFact, SeqFact)):
+            return False
+        return None
+
+    na, nb = none(a), none(b)
+    if na is None or nb is None or not (na or nb):
+        return None
+    same = na and nb
+    return Const(same if kind == "aten::__is__" else not same)
+
+
+def _scalar_only(schema: str) -> bool:
+    info = S.parse(schema)
+    return (not info.is_vararg and len(info.returns) == 1
+            and info.returns[0].type in _SCALAR_TYPES
+            and all(a.type in _SCALAR_TYPES for a in info.arguments))
+
+
+def _call(pn: ProcessedNode, args: list[Any], ret: str) -> Const | None:
+    try:
+        value = pn.fn(*args)
+    except Exception:  # noqa: BLE001  (the call would raise too: leave it to the call)
+        return None
+    expected = {"int": int, "bool": bool, "float": float, "str": str}[ret]
+    return Const(value) if type(value) is expected else None
+
+
+class _Liveness:
+    """Backward pass: which nodes still have to run once the known values are literals."""
+
+    def __init__(self, owner: Specializer, spec: Specialization):
+        self.owner = owner
+        self.spec = spec
+        self.needed: set[int] = set()
+
+    def need(self, slots) -> None:
+        known = self.spec.known
+        self.needed.update(s for s in slots if s not in known)
+
+    def top(self, block: ProcessedBlock) -> None:
+        self.need(block.outputs)
+        self.block(block)
+
+    def block(self, block: ProcessedBlock) -> None:
+        for pn in reversed(block.nodes):
+            if not self.node(pn):
+                self.spec.dropped.add(pn.node)
+
+    def must_run(self, pn: ProcessedNode) -> bool:
+        """Whether ``pn`` (or a node in the blocks that would run) acts on the world."""
+        if pn.control in (Control.FORK, Control.LOOP):
+            return True
+        if pn.control is Control.IF:
+            k = self.spec.taken.get(pn.node)
+            blocks = pn.blocks if k is None else (pn.blocks[k],)
+            return any(self.must_run(inner) for b in blocks for inner in b.nodes)
+        return has_side_effects(pn.node) or bool(self.owner.db.writes(pn.node))
+
+    def node(self, pn: ProcessedNode) -> bool:
+        known = self.spec.known
+        wanted = any(s in self.needed for s in pn.outputs if s not in known)
+        if not wanted and not self.must_run(pn):
+            return False
+        if pn.control is Control.FORK:
+            self.need(pn.inputs)
+            return True
+        if pn.control is Control.LOOP:
+            # Every carried value and the body's condition: the loop runs as it is, only
+            # folded nodes inside it go.
+            body = pn.blocks[0]
+            self.need(pn.inputs)
+            self.need(body.outputs)
+            self.block(body)
+            return True
+        if pn.control is Control.IF:
+            k = self.spec.taken.get(pn.node)
+            if k is None:
+                self.need(pn.inputs)
+                for b in pn.blocks:
+                    self.need(b.outputs)
+                    self.block(b)
+            else:
+                taken = pn.blocks[k]
+                self.need(inner for out, inner in zip(pn.outputs, taken.outputs)
+                          if out not in known)
+                self.block(taken)
+            return True
+        self.need(pn.inputs)
+        return True
