@@ -8,6 +8,16 @@ graph (frozen parameters), as the seed's "Operator selection" describes:
   (measured 2.05 against 2.52 µs for a 1 × 64 · 64 × 64 product, single-threaded). It is
   what ``linear`` itself runs for a 2-D input, so results are identical; other ranks call
   ``linear``.
+* ``aten::slice.Tensor`` with constant arguments and a dimension ``d >= 0`` → Python
+  indexing ``x[:, ..., start:end:step]`` (the same ``at::slice`` view, reached through
+  ``Tensor.__getitem__``'s fast path: 1.1 against 3.7 µs through ``torch.ops``); a tensor of
+  rank ``<= d`` takes ``torch.ops`` and raises its error.
+* ``aten::index.Tensor`` with constant indices ``[None, ..., None, i_1, ..., i_m]`` (m
+  one-dimensional int64 tensors of one length, indexing the last m dimensions) →
+  ``index_select`` of the flattened last m dimensions with the equivalent flat index, made
+  once per input shape (DLRM's interaction ``Z[:, rows, cols]``: 5.4 → 1.7 µs at batch 1,
+  41 → 5.6 µs at batch 256). An index out of range, another rank, or a non-contiguous input
+  takes ``aten::index`` (and its error).
 """
 
 from __future__ import annotations
@@ -72,3 +82,93 @@ def _linear(node: Node):
         return linear(x, w, b, out=out)
 
     return fn_b, out_fn_b
+
+
+_SLICE = "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"
+_INDEX = "aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"
+
+
+def tensor_slice(node: Node):
+    """A native for ``aten::slice.Tensor`` with constant arguments, or None."""
+    if node.schema != _SLICE:
+        return None
+    args = [constant_value(v) for v in node.inputs[1:]]
+    if any(a is NotImplemented for a in args):
+        return None
+    dim, start, end, step = args
+    if type(dim) is not int or dim < 0 or not all(
+            a is None or type(a) is int for a in (start, end)) or type(step) is not int:
+        return None
+    key = (slice(None),) * dim + (slice(start, end, step),)
+    aten_slice = torch.ops.aten.slice.Tensor
+
+    @labelled(f"x[{':, ' * dim}{_fmt(start)}:{_fmt(end)}:{step}] (constant slice)")
+    def sliced(x, d, s, e, st):
+        if x.dim() > dim and step > 0:
+            return x[key]
+        return aten_slice(x, d, s, e, st)
+
+    return sliced
+
+
+def _fmt(x) -> str:
+    return "" if x is None else str(x)
+
+
+@register_out_variant("aten::index")
+def _index(node: Node):
+    if node.schema != _INDEX:
+        return None
+    indices = constant_value(node.inputs[1])
+    if not isinstance(indices, (list, tuple)) or not indices:
+        return None
+    lead = 0
+    while lead < len(indices) and indices[lead] is None:
+        lead += 1
+    tail = list(indices[lead:])
+    if len(tail) < 1 or not all(
+            isinstance(t, torch.Tensor) and t.dtype is torch.int64 and t.dim() == 1
+            and not t.is_meta for t in tail) or len({t.numel() for t in tail}) != 1:
+        return None
+    rank = lead + len(tail)
+    index_select, aten_index = torch.index_select, torch.ops.aten.index.Tensor
+    aten_index_out = torch.ops.aten.index.Tensor_out
+    flat_for: dict[tuple[int, ...], torch.Tensor | None] = {}
+
+    def flat_index(sizes: tuple[int, ...]) -> torch.Tensor | None:
+        """The flat index into the last dimensions of shape ``sizes``, or None if an index
+        is out of range (``aten::index`` then raises)."""
+        flat = torch.zeros_like(tail[0])
+        for t, size in zip(tail, sizes, strict=True):
+            if t.numel() and (int(t.min()) < -size or int(t.max()) >= size):
+                return None
+            flat = flat * size + torch.where(t < 0, t + size, t)
+        return flat
+
+    def prepared(x, idx):
+        if (idx is not indices or x.dim() != rank or not x.is_contiguous() or x.is_meta
+                or not x.numel()):
+            return None
+        sizes = tuple(x.shape[lead:])
+        flat = flat_for.get(sizes, False)
+        if flat is False:
+            flat = flat_for[sizes] = flat_index(sizes)
+        return flat
+
+    label = "index_select of the flattened last dims (constant indices)"
+
+    @labelled(label)
+    def fn(x, idx):
+        flat = prepared(x, idx)
+        if flat is None:
+            return aten_index(x, idx)
+        return index_select(x.view(*x.shape[:lead], -1), lead, flat)
+
+    @labelled(label + ", out=")
+    def out_fn(out, x, idx):
+        flat = prepared(x, idx)
+        if flat is None:
+            return aten_index_out(x, idx, out=out)
+        return index_select(x.view(*x.shape[:lead], -1), lead, flat, out=out)
+
+    return fn, out_fn

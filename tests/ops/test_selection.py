@@ -1,7 +1,9 @@
-"""Constant-aware operator selection: linear with a constant weight runs as addmm."""
+"""Constant-aware operator selection: linear with a constant weight runs as addmm; slices
+with constant arguments as Python indexing; constant advanced indices as index_select."""
 
+import pytest
 import torch
-from differential import check
+from differential import check, script
 
 import static_runtime as sr
 
@@ -34,3 +36,94 @@ def test_planning_ahead_on_meta_tensors_still_works():
     assert mod.ahead_of_time_error is None
     x = torch.randn(3, 8)
     torch.testing.assert_close(mod(x), scripted(x))
+
+
+# --------------------------------------------------------------------------- slice
+
+
+def _label(mod, kind):
+    return [ln for ln in mod.describe().splitlines() if ln.startswith(kind)]
+
+
+SLICES = {
+    "full": "x[:]",
+    "dim1": "x[:, 1:]",
+    "step": "x[:, :, ::2]",
+    "negative": "x[:, -3:-1]",
+    "past_end": "x[1:100]",
+    "empty": "x[5:2]",
+}
+
+
+@pytest.mark.parametrize("expr", list(SLICES.values()), ids=list(SLICES))
+def test_constant_slices_equal_the_interpreter(expr):
+    src = f"""
+def f(x: torch.Tensor):
+    y = {expr}
+    return y * 2, y.shape
+"""
+    mods = check(src, [torch.randn(4, 5, 6)], [torch.randn(2, 3, 7, 2)])
+    assert "(constant slice)" in _label(mods["default"], "aten::slice")[0]
+
+
+def test_slice_of_too_low_a_rank_raises_as_the_interpreter_does():
+    src = """
+def f(x: torch.Tensor):
+    return x[:, 1:]
+"""
+    check(src, [torch.randn(3, 4)], [torch.randn(3)])  # the 1-D input raises in both
+    mod = sr.StaticModule(script(src))
+    with pytest.raises(Exception, match="dim"):
+        mod(torch.tensor(1.0))
+
+
+def test_slice_result_is_a_view():
+    src = """
+def f(x: torch.Tensor):
+    y = x * 1
+    z = y[1:]
+    z.add_(1)
+    return y
+"""
+    check(src, [torch.zeros(3, 2)], [torch.zeros(5)])
+
+
+# --------------------------------------------------------------------------- index
+
+
+class Pairs(torch.nn.Module):
+    """DLRM's interaction: the strictly lower triangle of a batch of square matrices."""
+
+    def __init__(self, n: int = 5, offset: int = -1):
+        super().__init__()
+        rows, cols = torch.tril_indices(n, n, offset=offset)
+        self.register_buffer("rows", rows)
+        self.register_buffer("cols", cols)
+
+    def forward(self, x):
+        z = torch.bmm(x, x.transpose(1, 2))
+        return z[:, self.rows, self.cols] + 1
+
+
+def test_constant_advanced_indices_use_index_select():
+    model = Pairs().eval()
+    mods = check(model, [torch.randn(1, 5, 3)], [torch.randn(7, 5, 2)])
+    assert "index_select" in _label(mods["default"], "aten::index")[0]
+    mod = mods["default"]
+    with torch.profiler.profile() as prof:
+        mod(torch.randn(2, 5, 3))
+    ops = {e.key for e in prof.key_averages()}
+    assert "aten::index_select" in ops and "aten::index" not in ops
+
+
+def test_index_out_of_range_other_ranks_and_negative_indices():
+    model = Pairs().eval()
+    # a 4 x 4 matrix: the 5 x 5 triangle's indices run past it: aten::index raises
+    check(model, [torch.randn(2, 4, 3)])
+    src = """
+def f(x: torch.Tensor):
+    i = torch.tensor([0, -1, 2])
+    j = torch.tensor([-2, 1, 0])
+    return x[i, j], x[:, i], x.t()[i, j]
+"""
+    check(src, [torch.randn(4, 3)], [torch.randn(3, 5)])

@@ -252,7 +252,9 @@ def _copy(node: Node):
 @register_native("aten::slice")
 def _slice(node: Node):
     if not _first_arg_is_list(node):
-        return None  # tensor and str slicing
+        from static_runtime.ops.selection import tensor_slice
+
+        return tensor_slice(node)  # None for str slicing (and tensor slices it declines)
 
     def list_slice(lst, start=None, end=None, step=1):
         if step == 0:
