@@ -63,8 +63,12 @@ def _linear(node: Node):
 
         @labelled("torch.mm(x, W.t(), out=) (constant weight)")
         def out_fn(out, x, w, _b):
-            if w is weight and x.dim() == 2:
-                return mm(x, weight_t, out=out)
+            if w is weight:
+                if x.dim() == 2:
+                    return mm(x, weight_t, out=out)
+                if x.dim() == 1:  # as linear computes it for a vector (see below)
+                    mm(x.unsqueeze(0), weight_t, out=out.unsqueeze(0))
+                    return out
             return linear(x, w, out=out)
 
         return fn, out_fn
@@ -77,8 +81,16 @@ def _linear(node: Node):
 
     @labelled("torch.addmm(b, x, W.t(), out=) (constant weight)")
     def out_fn_b(out, x, w, b):
-        if w is weight and b is bias and x.dim() == 2:
-            return addmm(bias, x, weight_t, out=out)
+        if w is weight and b is bias:
+            if x.dim() == 2:
+                return addmm(bias, x, weight_t, out=out)
+            if x.dim() == 1:
+                # ``linear.out`` resizes ``out`` to (1, n) and back for a vector (a
+                # deprecation warning, and metadata churn on an arena tensor). ``linear``
+                # computes a vector's product as a (1, k) · (k, n) ``mm``, then adds the
+                # bias: the same, written into a (1, n) view of ``out``.
+                mm(x.unsqueeze(0), weight_t, out=out.unsqueeze(0))
+                return out.add_(bias)
         return linear(x, w, b, out=out)
 
     return fn_b, out_fn_b
