@@ -223,12 +223,12 @@ def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, bat
                                         others_accepted=k > 0))
               for k, batch in enumerate(sizes)]
     results = []
-    recorded = _recorded(input_specs, inputs_file, exported)
+    from_program = exported and not input_specs and not inputs_file
     for batch, args in inputs:
         run_first_call(mod, args)
         if not as_json:
-            console.print(f"[bold]{model}[/bold]: inputs {describe_inputs(args)}"
-                          f"{recorded}, "
+            origin = " (the example inputs the program was exported with)" if from_program else ""
+            console.print(f"[bold]{model}[/bold]: inputs {describe_inputs(args)}{origin}, "
                           f"{threads} thread(s), torch {torch.__version__}")
         # A .pt2: ours is prepared again, so that its setup, like eager's, is timed after the
         # process has loaded the archive once (the first load pays torch.export's one-time
@@ -242,7 +242,7 @@ def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, bat
             task = bar.add_task(f"timing, batch {batch}", total=repeats)
             rows = _measure(runners, reference=reference, repeats=repeats, calls=runs,
                             warmup=warmup, progress=lambda k, t=task: bar.advance(t))
-        results.append({"batch": None if recorded else batch,
+        results.append({"batch": None if from_program else batch,
                         "inputs": describe_inputs(args), "runners": rows})
         if not as_json:
             console.print(_table(rows, f"median of {repeats} samples × {runs} calls; ours ÷ "
@@ -275,7 +275,7 @@ def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, bat
 
 def _inputs_for_batch(mod: Any, model: str, input_specs: tuple[str, ...],
                       inputs_file: str | None, batch: int, *, others_accepted: bool) -> tuple:
-    """The inputs for one batch size; when smaller ones were accepted, a refusal is the
+    """The inputs for one batch size; when earlier ones were accepted, a refusal is the
     batch size's (a program exported with a static batch, or a batch outside its range)."""
     try:
         return example_inputs(mod, input_specs, inputs_file, batch, model=model)
@@ -283,8 +283,3 @@ def _inputs_for_batch(mod: Any, model: str, input_specs: tuple[str, ...],
         if not others_accepted:
             raise
         raise CLIError(f"batch size {batch} is refused: {one_line(e)}") from e
-
-
-def _recorded(input_specs: tuple[str, ...], inputs_file: str | None, exported: bool) -> str:
-    return (" (the example inputs the program was exported with)"
-            if exported and not input_specs and not inputs_file else "")
