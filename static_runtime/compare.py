@@ -582,6 +582,56 @@ def make_archive_runners(path: str | Path, inputs: tuple, *,
     return runners
 
 
+# --------------------------------------------------------------------------- torch.export archives
+
+EXPORTED_RUNNERS = ("eager", "static_runtime")
+
+
+def make_exported_runners(path: str | Path, inputs: tuple, *,
+                          module: sr.StaticModule | None = None) -> list[Runner]:
+    """Runners for a ``torch.export.save`` archive (``.pt2``; ``EXPORTED_RUNNERS``): eager
+    PyTorch on ``torch.export.load(path).module()`` under inference mode (the program's own
+    reference), and ours (``module`` if given, else ``StaticModule(path)``). TorchScript and
+    PyTorch's C++ Static Runtime cannot run an exported program. Peers that cannot run the
+    model are reported with a note, as by ``make_runners``."""
+    path = str(path)
+
+    def make_eager() -> Callable[[], Any]:
+        return _in_inference_mode(torch.export.load(path).module(), inputs)
+
+    held = {}
+
+    def make_ours() -> Callable[[], Any]:
+        mod = module if module is not None else sr.StaticModule(path)
+        held["static_runtime"] = _arena_bytes(mod)
+        rt = mod.runtime()
+        return lambda: rt(*inputs)
+
+    return _runners_from({"eager": make_eager, "static_runtime": make_ours}, held)
+
+
+def _runners_from(factories: dict[str, Callable[[], Callable[[], Any]]],
+                  held: dict[str, Callable[[], int] | None]) -> list[Runner]:
+    """One ``Runner`` per factory, in order: built, then called once (outside timing; it also
+    proves the peer can run the model). ``held[name]``, filled in by a factory, reads the
+    bytes that runner keeps between calls."""
+    runners: list[Runner] = []
+    for name, factory in factories.items():
+        try:
+            start = time.perf_counter()
+            fn = factory()
+            setup = time.perf_counter() - start
+            start = time.perf_counter()
+            fn()
+            first = time.perf_counter() - start
+            runners.append(Runner(name, fn, setup, first_call_seconds=first,
+                                  held_bytes=held.get(name)))
+        except Exception as e:  # noqa: BLE001  (a peer that cannot run the model is reported)
+            runners.append(Runner(name, _refused(_reason(e)), float("nan"), note=_reason(e),
+                                  details={"error": f"{type(e).__name__}: {str(e)[:4000]}"}))
+    return runners
+
+
 # --------------------------------------------------------------------------- memory
 
 

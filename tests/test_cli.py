@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -52,6 +53,24 @@ def models(tmp_path_factory) -> dict[str, Path]:
     paths["text"].write_text("not a model")
     paths["control_flow_inputs"] = d / "cf_inputs.pt"
     torch.save(MODELS["control_flow"].example_inputs(2), paths["control_flow_inputs"])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> dict[str, Path]:
+    """torch.export archives: the built-in MLP with a dynamic batch, nn.Linear exported with a
+    static batch of 2, and the MLP again without its example inputs."""
+    d = tmp_path_factory.mktemp("exported")
+    batch = torch.export.Dim("batch", min=1, max=64)
+    mlp = MODELS["mlp"].build().eval()
+    ep = torch.export.export(mlp, MODELS["mlp"].example_inputs(2),
+                             dynamic_shapes=({0: batch},))
+    paths = {"mlp": d / "mlp.pt2", "linear": d / "linear.pt2", "bare": d / "bare.pt2"}
+    torch.export.save(ep, str(paths["mlp"]))
+    ep.example_inputs = None
+    torch.export.save(ep, str(paths["bare"]))
+    linear = torch.nn.Linear(3, 4).eval()
+    torch.export.save(torch.export.export(linear, (torch.randn(2, 3),)), str(paths["linear"]))
     return paths
 
 
@@ -156,6 +175,47 @@ def test_bench_batch_sizes_need_a_batch_dimension(models):
     assert code == 1 and "B dimension" in err
 
 
+def test_bench_exported_program_json_over_batch_sizes(exported):
+    code, out, err, exc = run("bench", exported["mlp"], "--input", "Bx64:float32",
+                              "--batch-sizes", "1,3", "--runs", "3", *FAST, "--json")
+    assert code == 0, (err, exc)
+    report = json.loads(out)
+    assert report["reference"] == "eager" and report["format"] == "torch.export"
+    assert any("cannot run an exported program" in n for n in report["notes"])
+    assert [r["batch"] for r in report["results"]] == [1, 3]
+    assert [r["inputs"] for r in report["results"]] == ["1x64:float32", "3x64:float32"]
+    for result in report["results"]:
+        rows = {r["name"]: r for r in result["runners"]}
+        assert set(rows) == {"eager", "static_runtime"}
+        assert all(r["agrees"] is True and r["max_abs_error"] < 1e-5 for r in rows.values())
+        assert rows["static_runtime"]["held_bytes"] > 0
+
+
+def test_bench_exported_program_table_on_its_example_inputs(exported):
+    code, out, err, exc = run("bench", exported["linear"], "--runs", "3", *FAST)
+    assert code == 0, (err, exc)
+    out = " ".join(out.split())  # lines wrapped at the console's width, joined
+    assert "eager PyTorch" in out and "static_runtime (ours)" in out
+    assert "inputs 2x3:float32 (the example inputs the program was exported with)" in out
+    assert "TorchScript and PyTorch's C++ Static Runtime cannot run an exported program" in out
+    assert "NO" not in out
+
+
+def test_bench_exported_program_with_a_static_batch(exported):
+    code, _, err, exc = run("bench", exported["linear"], "--input", "Bx3:float32",
+                            "--batch-sizes", "2,5", "--runs", "3", *FAST)
+    line = _one_line_error(code, err, exc)
+    assert "batch size 5 is refused" in line and "expected shape (2, 3)" in line
+    assert "dynamic_shapes" in line
+
+
+def test_bench_exported_program_that_records_no_example_inputs(exported):
+    code, _, err, exc = run("bench", exported["bare"], "--runs", "3", *FAST)
+    line = _one_line_error(code, err, exc)
+    assert "forward(x: Tensor)" in line and "records no example inputs" in line
+    assert "--input" in line
+
+
 # --------------------------------------------------------------------------- profile
 
 
@@ -189,6 +249,22 @@ def test_profile_json_is_consistent(models):
     assert m["total_nodes_count"] == len(top) and len(m["time_per_node"]) == len(top)
     over = report["overhead"]
     assert over["untimed_ms"] > 0 and over["timed_ms"] > 0 and over["nodes"] == len(top)
+
+
+def test_profile_exported_program(exported, tmp_path):
+    chart = tmp_path / "kinds.png"
+    code, out, err, exc = run("profile", exported["mlp"], "--input", "3x64:float32",
+                              "--runs", "3", "--warmup", "1", "--no-overhead", "--chart",
+                              chart, "--json")
+    assert code == 0, (err, exc)
+    report = json.loads(out)
+    top = sr.StaticModule(str(exported["mlp"])).plan.block.nodes
+    assert report["inputs"] == "3x64:float32"
+    assert [n["kind"] for n in report["nodes"]] == [pn.kind for pn in top]
+    assert {k["kind"] for k in report["node_kinds"]} == {"aten::linear", "aten::relu_"}
+    assert report["metrics_ms"]["out_nodes_count"] == 3
+    w, h = CHART_SIZE_INCHES
+    assert _png_size(chart) == (round(w * CHART_DPI), round(h * CHART_DPI))
 
 
 # --------------------------------------------------------------------------- inspect
@@ -228,6 +304,22 @@ def test_inspect_plot_needs_inputs(models, tmp_path):
     assert code != 0 and "--input" in err
 
 
+def test_inspect_exported_program(exported):
+    code, out, err, exc = run("inspect", exported["mlp"])
+    assert code == 0, (err, exc)
+    assert "forward(x: Tensor)" in out
+    assert "inplace_activations" in out and "relu_ ×3" in out
+    assert "prepared graph" in out and "graph(%x" in out and "aten::linear" in out
+    assert "tiers: 3 out variant" in out
+    assert "inputs 2x64:float32:" in out  # the memory plan, for the recorded inputs
+    assert "arena" in out
+    code, out, err, exc = run("inspect", exported["bare"], "--json")
+    assert code == 0, (err, exc)
+    report = json.loads(out)
+    assert report["memory_plan"] is None and report["inputs"] is None
+    assert report["passes"][0]["nodes_before"] == report["imported_nodes"]
+
+
 # --------------------------------------------------------------------------- errors
 
 
@@ -256,18 +348,54 @@ def test_state_dict_is_not_a_model(models):
     assert "torch.save" in line and "torch.jit.save" in line
 
 
-def test_exported_program_archive(tmp_path):
-    path = tmp_path / "linear.pt2"
-    ep = torch.export.export(torch.nn.Linear(3, 3), (torch.randn(1, 3),))
-    torch.export.save(ep, str(path))
-    try:
-        sr.StaticModule(str(path))
-    except sr.FrontendError:
-        pass
-    else:
-        pytest.skip("this build imports torch.export archives")
-    code, _, err, exc = run("inspect", path)
-    assert "torch.export" in _one_line_error(code, err, exc)
+def _rewrite_zip(src: Path, dst: Path, change) -> Path:
+    """A copy of the zip ``src`` at ``dst``, each member's bytes passed through
+    ``change(name, data)`` (None drops the member)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for name in zin.namelist():
+            data = change(name, zin.read(name))
+            if data is not None:
+                zout.writestr(name, data)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def damaged(exported, tmp_path_factory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("damaged")
+    data = exported["mlp"].read_bytes()
+    truncated = d / "truncated.pt2"
+    truncated.write_bytes(data[:len(data) // 2])
+    return {
+        "truncated": truncated,
+        "no_program": _rewrite_zip(exported["mlp"], d / "no_program.pt2",
+                                   lambda n, b: None if n.endswith("model.json") else b),
+        "bad_json": _rewrite_zip(exported["mlp"], d / "bad_json.pt2",
+                                 lambda n, b: b[:len(b) // 2] if n.endswith("model.json")
+                                 else b),
+    }
+
+
+@pytest.mark.parametrize("kind, message", [
+    ("truncated", "is not a torch.export archive: not a zip archive"),
+    ("no_program", "holds no exported program"),
+    ("bad_json", "torch.export.load can read (JSONDecodeError"),
+])
+def test_damaged_exported_program_archive(damaged, kind, message):
+    for command in ("bench", "profile", "inspect"):
+        code, _, err, exc = run(command, damaged[kind])
+        line = _one_line_error(code, err, exc)
+        assert message in line and str(damaged[kind]) in line, (command, line)
+
+
+def test_damaged_archive_error_is_one_line_on_the_real_stderr(damaged):
+    """torch.export.load logs a traceback (a warning, through its own stderr handler) before
+    it fails; the command holds it back."""
+    proc = subprocess.run([sys.executable, "-m", "static_runtime", "inspect",
+                           str(damaged["truncated"])], cwd=ROOT, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a torch.export archive" in lines[0], proc.stderr
 
 
 def test_inputs_that_do_not_match_the_signature(models):

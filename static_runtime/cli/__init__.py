@@ -21,7 +21,8 @@ from static_runtime.cli.profile_cmd import profile
 def main(ctx: click.Context, debug: bool) -> None:
     """static_runtime: fast CPU inference for PyTorch models, after PyTorch's C++ Static
     Runtime. Start with `static-runtime demo`; then point `bench`, `profile` and `inspect` at
-    your own TorchScript archive (torch.jit.save(torch.jit.script(model), "model.pt")).
+    your own TorchScript archive (torch.jit.save(torch.jit.script(model), "model.pt")) or
+    torch.export archive (torch.export.save(torch.export.export(model, args), "model.pt2")).
 
     Errors are reported in one line (exit status 1); --debug shows the traceback."""
     ctx.obj = {"debug": debug}

@@ -3,8 +3,11 @@ turning errors into one line a person can act on."""
 
 from __future__ import annotations
 
+import logging
+import re
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from static_runtime.cli.inputs import (
     make_inputs,
     parse_spec,
 )
+from static_runtime.frontend.export import is_pt2, load_pt2
 from static_runtime.runtime.binding import describe_signature
 
 
@@ -67,29 +71,79 @@ def load_module(path: str, options: sr.StaticModuleOptions | None = None) -> sr.
     if not p.exists():
         raise CLIError(f"no such file: {path}")
     if p.is_dir():
-        raise CLIError(f"{path} is a directory; give a TorchScript archive (.pt) file")
+        raise CLIError(f"{path} is a directory; give a TorchScript archive (.pt) or a "
+                       "torch.export archive (.pt2) file")
     try:
-        return sr.StaticModule(str(p), options=options)
+        with _export_log() as logged:
+            return sr.StaticModule(str(p), options=options)
     except sr.FrontendError as e:
-        raise CLIError(_not_a_model(p, e)) from e
+        raise CLIError(_not_a_model(p, e, logged)) from e
 
 
-def _not_a_model(p: Path, e: Exception) -> str:
+@contextmanager
+def _export_log() -> Iterator[list[str]]:
+    """Collect what the ``torch.export`` logger reports: ``torch.export.load`` logs the
+    exception it ran into (a traceback, as a warning) and then raises an error that says
+    less. Yields the logged exceptions, one line each; the logger's own output (many lines)
+    is held back unless ``--debug`` was given: the command's error is one line."""
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx else None
+    debug = bool(root and root.obj and root.obj.get("debug"))
+    logged: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.exc_info and record.exc_info[1] is not None:
+                logged.append(one_line(record.exc_info[1])[:300])
+
+    log = logging.getLogger("torch.export")
+    handlers, propagate = log.handlers[:], log.propagate
+    log.handlers = [*handlers, Collect()] if debug else [Collect()]
+    log.propagate = propagate and debug
+    try:
+        yield logged
+    finally:
+        log.handlers, log.propagate = handlers, propagate
+
+
+def _not_a_model(p: Path, e: Exception, logged: list[str]) -> str:
+    if is_pt2(p):
+        if not zipfile.is_zipfile(p):
+            return (f"{p} is not a torch.export archive: not a zip archive (torch.export.save "
+                    "writes one); the file is damaged or was written by something else")
+        if logged:
+            return f"{one_line(e)}; torch.export.load ran into {logged[0]}"
+        with zipfile.ZipFile(p) as z:
+            programs = [n for n in z.namelist() if re.search(r"(^|/)models/[^/]+\.json$", n)]
+        if not programs:
+            return (f"{p} holds no exported program (no models/*.json record, which "
+                    "torch.export.save writes): the file is damaged or incomplete")
+        return one_line(e)
     if not zipfile.is_zipfile(p):
         return (f"{p} is not a model file: not a zip archive (a TorchScript archive, "
-                "written by torch.jit.save, is one)")
+                "written by torch.jit.save, or a torch.export archive, written by "
+                "torch.export.save, is one)")
     with zipfile.ZipFile(p) as z:
         names = {n.split("/", 1)[-1] for n in z.namelist()}
-    if p.suffix == ".pt2" or any(n.endswith("serialized_exported_program.json") or
-                                 n.startswith("models/") for n in names):
-        return (f"{p} is a torch.export archive (.pt2), which this build of static_runtime "
-                f"does not import yet ({one_line(e)}); export the model with "
-                "torch.jit.save(torch.jit.script(model), 'model.pt') instead")
     if "data.pkl" in names and "constants.pkl" not in names:
         return (f"{p} was written by torch.save (weights or a pickled object), not "
                 "torch.jit.save: it holds no program to run. Save the model with "
                 "torch.jit.save(torch.jit.script(model), 'model.pt')")
     return one_line(e)
+
+
+def recorded_inputs(path: str) -> tuple | None:
+    """The example arguments a ``.pt2`` archive records (``ExportedProgram.example_inputs``,
+    the ones it was exported with), or None if it records none."""
+    with _export_log():
+        ep = load_pt2(path)
+    if ep.example_inputs is None:
+        return None
+    args, kwargs = ep.example_inputs
+    if kwargs:
+        raise CLIError(f"the program's example inputs include keyword arguments "
+                       f"({', '.join(kwargs)}), which the command line cannot pass")
+    return tuple(args)
 
 
 def signature_of(mod: sr.StaticModule) -> str:
@@ -111,9 +165,10 @@ def input_options(fn: Callable) -> Callable:
 
 
 def example_inputs(mod: sr.StaticModule, input_specs: tuple[str, ...], inputs_file: str | None,
-                   batch: int = 1) -> tuple:
+                   batch: int = 1, *, model: str | None = None) -> tuple:
     """The example arguments the options describe, checked against the model's signature
-    (an ``ArgumentError`` names the signature)."""
+    (an ``ArgumentError`` names the signature). Without ``--input``/``--inputs-file``, a
+    torch.export archive (``model``) gives the example inputs it records."""
     if input_specs and inputs_file:
         raise CLIError("give --input or --inputs-file, not both")
     if inputs_file:
@@ -121,6 +176,12 @@ def example_inputs(mod: sr.StaticModule, input_specs: tuple[str, ...], inputs_fi
     elif input_specs:
         specs = [parse_spec(s) for s in input_specs]
         args = make_inputs(specs, batch)
+    elif model is not None and is_pt2(model):
+        args = recorded_inputs(model)
+        if args is None:
+            raise CLIError(f"the exported program takes {signature_of(mod)} and records no "
+                           "example inputs: describe its inputs with --input SHAPE:DTYPE "
+                           "(one per argument) or --inputs-file FILE")
     else:
         raise CLIError(f"the model takes {signature_of(mod)}: describe its inputs with "
                        "--input SHAPE:DTYPE (one per argument) or --inputs-file FILE")

@@ -23,11 +23,14 @@ from static_runtime.cli.common import (
     format_bytes,
     input_options,
     load_module,
+    one_line,
     run_first_call,
     set_threads,
     threads_option,
 )
 from static_runtime.cli.inputs import describe_inputs
+from static_runtime.frontend.export import is_pt2
+from static_runtime.runtime.binding import ArgumentError
 
 PEER_TITLES = {
     "eager": "eager PyTorch",
@@ -184,10 +187,16 @@ def _positive(**values: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead.")
 def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, batch_sizes: str,
           repeats: int, runs: int, warmup: int, threads: int, as_json: bool) -> None:
-    """Benchmark MODEL (a TorchScript archive, .pt) against the runtimes it can run on: the
-    TorchScript interpreter (the reference for outputs), frozen TorchScript, PyTorch's C++
-    Static Runtime and static_runtime. Eager PyTorch is not among them: an archive holds no
-    Python code. Shows latency and memory side by side, with ratios."""
+    """Benchmark MODEL against the runtimes it can run on; show latency and memory side by
+    side, with ratios.
+
+    A TorchScript archive (.pt): the TorchScript interpreter (the reference for outputs),
+    frozen TorchScript, PyTorch's C++ Static Runtime and static_runtime; eager PyTorch is not
+    among them: an archive holds no Python code.
+
+    A torch.export archive (.pt2, torch.export.save): eager PyTorch on the program
+    (torch.export.load(path).module(), the reference) and static_runtime; without --input or
+    --inputs-file, the example inputs the program was exported with."""
     _positive(repeats=repeats, runs=runs)
     set_threads(threads)
     try:
@@ -200,43 +209,77 @@ def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, bat
     if sizes != [1] and not batched_specs(input_specs):
         raise CLIError("--batch-sizes needs a B dimension in an --input shape (e.g. "
                        "--input Bx64:float32)")
+    exported = is_pt2(model)
+    reference, make_runners = (("eager", compare.make_exported_runners) if exported
+                               else ("torchscript", compare.make_archive_runners))
     console = console_for(as_json)
     with console.status("preparing the model..."):
         start = time.perf_counter()
         mod = load_module(model)
         load_seconds = time.perf_counter() - start
+    # Every batch size is checked before any is timed: an exported program may accept only
+    # the batch it was exported with (or a range), and the binder says which.
+    inputs = [(batch, _inputs_for_batch(mod, model, input_specs, inputs_file, batch,
+                                        others_accepted=k > 0))
+              for k, batch in enumerate(sizes)]
     results = []
-    for batch in sizes:
-        args = example_inputs(mod, input_specs, inputs_file, batch)
+    from_program = exported and not input_specs and not inputs_file
+    for batch, args in inputs:
         run_first_call(mod, args)
         if not as_json:
-            console.print(f"[bold]{model}[/bold]: inputs {describe_inputs(args)}, "
+            origin = " (the example inputs the program was exported with)" if from_program else ""
+            console.print(f"[bold]{model}[/bold]: inputs {describe_inputs(args)}{origin}, "
                           f"{threads} thread(s), torch {torch.__version__}")
+        # A .pt2: ours is prepared again, so that its setup, like eager's, is timed after the
+        # process has loaded the archive once (the first load pays torch.export's one-time
+        # imports, a second or more, which would otherwise be charged to ours).
         with console.status("preparing the runtimes..."):
-            runners = compare.make_archive_runners(model, args, module=mod)
+            runners = make_runners(model, args, module=None if exported else mod)
         for r in runners:
-            if r.name == "static_runtime":  # built above: its setup is the module's
+            if r.name == "static_runtime" and not exported:  # built above: the module's
                 r.setup_seconds = load_seconds
         with _progress(console) as bar:
             task = bar.add_task(f"timing, batch {batch}", total=repeats)
-            rows = _measure(runners, reference="torchscript", repeats=repeats, calls=runs,
+            rows = _measure(runners, reference=reference, repeats=repeats, calls=runs,
                             warmup=warmup, progress=lambda k, t=task: bar.advance(t))
-        results.append({"batch": batch, "inputs": describe_inputs(args), "runners": rows})
+        results.append({"batch": None if from_program else batch,
+                        "inputs": describe_inputs(args), "runners": rows})
         if not as_json:
             console.print(_table(rows, f"median of {repeats} samples × {runs} calls; ours ÷ "
-                                 "this below 1: ours is faster (smaller)", "TorchScript"))
+                                 "this below 1: ours is faster (smaller)",
+                                 "eager" if exported else "TorchScript"))
             for note in _notes(rows):
                 console.print(note, markup=False)
-    note = ("eager PyTorch is not available from a TorchScript archive (it holds no Python "
-            "code); outputs are checked against the TorchScript interpreter")
+    if exported:
+        note = ("TorchScript and PyTorch's C++ Static Runtime cannot run an exported program "
+                "(.pt2); outputs are checked against eager PyTorch, "
+                "torch.export.load(path).module()")
+    else:
+        note = ("eager PyTorch is not available from a TorchScript archive (it holds no "
+                "Python code); outputs are checked against the TorchScript interpreter")
     if as_json:
-        click.echo(json.dumps({"model": model, "threads": threads, "torch": torch.__version__,
-                               "reference": "torchscript", "notes": [note, MEMORY_NOTE],
+        click.echo(json.dumps({"model": model,
+                               "format": "torch.export" if exported else "torchscript",
+                               "threads": threads, "torch": torch.__version__,
+                               "reference": reference, "notes": [note, MEMORY_NOTE],
                                "results": results}, indent=2))
     else:
         console.print(f"[dim]{note}.\n{MEMORY_NOTE}[/dim]")
     bad = [t for res in results for t in _disagreement(res["runners"])]
     if bad:
-        click.echo(f"error: outputs differ from the TorchScript interpreter's: "
-                   f"{', '.join(sorted(set(bad)))}", err=True)
+        against = "eager PyTorch's" if exported else "the TorchScript interpreter's"
+        click.echo(f"error: outputs differ from {against}: {', '.join(sorted(set(bad)))}",
+                   err=True)
         sys.exit(1)
+
+
+def _inputs_for_batch(mod: Any, model: str, input_specs: tuple[str, ...],
+                      inputs_file: str | None, batch: int, *, others_accepted: bool) -> tuple:
+    """The inputs for one batch size; when earlier ones were accepted, a refusal is the
+    batch size's (a program exported with a static batch, or a batch outside its range)."""
+    try:
+        return example_inputs(mod, input_specs, inputs_file, batch, model=model)
+    except ArgumentError as e:
+        if not others_accepted:
+            raise
+        raise CLIError(f"batch size {batch} is refused: {one_line(e)}") from e

@@ -13,15 +13,18 @@ from rich.table import Table
 
 import static_runtime as sr
 from static_runtime.cli.common import (
+    CLIError,
     console_for,
     example_inputs,
     input_options,
     load_module,
+    recorded_inputs,
     run_first_call,
     signature_of,
 )
 from static_runtime.cli.inputs import describe_inputs
 from static_runtime.frontend import import_model
+from static_runtime.frontend.export import is_pt2
 from static_runtime.ir.graph import Graph
 from static_runtime.ir.verifier import verify
 from static_runtime.passes.pipeline import run_passes
@@ -84,10 +87,11 @@ def _counts(d: dict[str, int], limit: int = 4) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead.")
 def inspect(model: str, input_specs: tuple[str, ...], inputs_file: str | None, batch: int,
             plot_memory: str | None, show_graph: bool, as_json: bool) -> None:
-    """Show what static_runtime makes of MODEL (a TorchScript archive, .pt): its signature,
-    what each graph pass changed, the prepared graph in the canonical text form, each node's
-    implementation tier, and — given inputs (--input/--inputs-file) — the memory plan:
-    summary, timeline, and with --plot-memory a picture of the arena."""
+    """Show what static_runtime makes of MODEL (a TorchScript archive, .pt, or a torch.export
+    archive, .pt2): its signature, what each graph pass changed, the prepared graph in the
+    canonical text form, each node's implementation tier, and — given inputs
+    (--input/--inputs-file; a .pt2 gives the example inputs it was exported with) — the
+    memory plan: summary, timeline, and with --plot-memory a picture of the arena."""
     console = console_for(as_json)
     mod = load_module(model)
     options = mod.options
@@ -96,6 +100,12 @@ def inspect(model: str, input_specs: tuple[str, ...], inputs_file: str | None, b
     args = None
     if input_specs or inputs_file:
         args = example_inputs(mod, input_specs, inputs_file, batch)
+    elif is_pt2(model):
+        try:
+            args = recorded_inputs(model)
+        except CLIError:  # keyword example inputs, which the command cannot pass: no plan
+            args = None
+    if args is not None:
         run_first_call(mod, args)
         plan = mod.memory_plan()
         if plot_memory:

@@ -85,16 +85,18 @@ def kind_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def profile(model: str, input_specs: tuple[str, ...], inputs_file: str | None, batch: int,
             runs: int, warmup: int, executor: str, top: int, chart: str | None,
             overhead: bool, threads: int, as_json: bool) -> None:
-    """Profile MODEL (a TorchScript archive, .pt) per node: time per node and per node kind,
-    each node's implementation tier (out variant / native / fallback), its share of the
-    time and the arena bytes it writes; setup, first-call, memory setup and release times
-    as PyTorch's benchmark_individual_ops reports them, and what the profiling itself costs."""
+    """Profile MODEL (a TorchScript archive, .pt, or a torch.export archive, .pt2) per node:
+    time per node and per node kind, each node's implementation tier (out variant / native /
+    fallback), its share of the time and the arena bytes it writes; setup, first-call,
+    memory setup and release times as PyTorch's benchmark_individual_ops reports them, and
+    what the profiling itself costs. A .pt2 runs on the example inputs it was exported with
+    unless --input or --inputs-file is given."""
     if runs < 1:
         raise click.BadParameter("must be at least 1", param_hint="--runs")
     set_threads(threads)
     console = console_for(as_json)
     mod = load_module(model, sr.StaticModuleOptions(executor=executor))
-    args = example_inputs(mod, input_specs, inputs_file, batch)
+    args = example_inputs(mod, input_specs, inputs_file, batch, model=model)
     run_first_call(mod, args)
     with console.status("profiling..."):
         m = mod.benchmark_individual_ops(args, {}, warmup, runs)
