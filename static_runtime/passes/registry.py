@@ -14,6 +14,7 @@ from static_runtime.passes.fusion import fuse_attention, fuse_convolution
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.noops import remove_noops
+from static_runtime.passes.transformer import fuse_transformer_encoder
 from static_runtime.passes.tuples import merge_tuple_unpacks
 from static_runtime.passes.variadic import variadic_cat_stack
 
@@ -25,6 +26,7 @@ PASSES: dict[str, Callable[[Graph], bool]] = {
     "specialize_alpha": specialize_alpha,
     "variadic_cat_stack": variadic_cat_stack,
     "merge_tuple_unpacks": merge_tuple_unpacks,
+    "fuse_transformer_encoder": fuse_transformer_encoder,
     "fold_batchnorm": fold_batchnorm,
     "fuse_attention": fuse_attention,
     "fuse_convolution": fuse_convolution,
