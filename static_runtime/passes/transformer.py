@@ -196,10 +196,12 @@ def fuse_transformer_encoder(graph: Graph) -> bool:
     if not isinstance(sig, ExportSignature) or len(sig.guards) != len(graph.inputs):
         return False
     shapes: dict[Value, tuple[Size, ...]] = {}
-    for value, guard in zip(graph.inputs, sig.guards, strict=True):
+    for i, (value, guard) in enumerate(zip(graph.inputs, sig.guards, strict=True)):
         if guard.is_tensor:
-            shapes[value] = tuple(_known(d) if isinstance(d, int) else (1, (d,))
-                                  for d in guard.dims)
+            # A size export could not name ("?", e.g. 2 * s0) is a symbol of its own.
+            shapes[value] = tuple(_known(d) if isinstance(d, int) else
+                                  (1, (f"?{i}.{k}" if d == "?" else d,))
+                                  for k, d in enumerate(guard.dims))
     changed = False
     for node in list(graph.walk()):
         if node.owning_block is None or node.schema != _SDPA:
