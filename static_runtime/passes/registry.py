@@ -7,6 +7,7 @@ from collections.abc import Callable
 from static_runtime.ir.graph import Graph
 from static_runtime.passes.alpha import specialize_alpha
 from static_runtime.passes.constant_propagation import constant_propagation
+from static_runtime.passes.counters import scalarize_loop_counters
 from static_runtime.passes.dead_code import eliminate_dead_code
 from static_runtime.passes.fold import fold_batchnorm
 from static_runtime.passes.functionalize import functionalize
@@ -27,6 +28,7 @@ PASSES: dict[str, Callable[[Graph], bool]] = {
     "variadic_cat_stack": variadic_cat_stack,
     "merge_tuple_unpacks": merge_tuple_unpacks,
     "fuse_transformer_encoder": fuse_transformer_encoder,
+    "scalarize_loop_counters": scalarize_loop_counters,
     "fold_batchnorm": fold_batchnorm,
     "fuse_attention": fuse_attention,
     "fuse_convolution": fuse_convolution,
