@@ -104,6 +104,8 @@ def _scalarize(graph: Graph, loop: Node, j: int) -> bool:
         return False
     increments = [u.user for u in param.uses
                   if u.user.owning_block is body and _increment(u.user, param) is not None]
+    if not _writes_nothing(body):
+        return False
     loop.replace_input(2 + j, graph.constant(v0, T.Int, before=loop))
     param.type = T.Int
     final.type = T.Int
@@ -121,6 +123,28 @@ def _scalarize(graph: Graph, loop: Node, j: int) -> bool:
         index = body.nodes.index(new)
         after = body.nodes[index + 1] if index + 1 < len(body.nodes) else None
         _retype_uses(graph, new.output, after, body, 1 + j, ())
+    return True
+
+
+#: Nodes without a schema that write no tensor.
+_PURE_PRIMS = {
+    "prim::Constant", "prim::ListConstruct", "prim::TupleConstruct", "prim::ListUnpack",
+    "prim::TupleUnpack", "prim::TupleIndex", "prim::If", "prim::Loop", "prim::unchecked_cast",
+    "prim::dtype", "prim::device", "prim::Uninitialized", "prim::RaiseException",
+}
+
+
+def _writes_nothing(block: Block) -> bool:
+    """No node of ``block`` (nested blocks included) writes any of its arguments (no ``!``
+    in its schema; no unknown node). Then no tensor the counter's uses see — the counter's,
+    a view of it, or the rebuilt one — is ever written, so reading the int instead of the
+    tensor and giving the other uses an equal fresh tensor changes nothing."""
+    for node in block.walk():
+        if node.schema is None:
+            if node.kind not in _PURE_PRIMS:
+                return False
+        elif "!" in node.schema:
+            return False
     return True
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from differential import assert_same
+from passes_helpers import ir, run_graph, run_pass
 from torch import nn
 from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim
@@ -98,3 +100,38 @@ def test_counter_uses_keep_their_meaning(use, scalarized):
         verify(mod.graph)
     counter = _loop_types(mods["default"])[1]
     assert counter == ("int" if scalarized else "Tensor")
+
+
+LOOP = """
+graph(%n : int, %h : Tensor):
+  %zero : Tensor = prim::Constant[value=<ref zero>]()
+  %one : int = prim::Constant[value=1]()
+  %big : int = prim::Constant[value=9223372036854775807]()
+  %lt0 : Tensor = aten::lt.Scalar(%zero, %n)
+  %go : bool = aten::Bool.Tensor(%lt0)
+  %i_end : Tensor, %h_end : Tensor = prim::Loop(%big, %go, %zero, %h)
+    block0(%t : int, %i : Tensor, %h1 : Tensor):
+      %i2 : Tensor = static_runtime::add.Tensor(%i, %one)
+      %h2 : Tensor = aten::mul.Tensor(%h1, %i2)
+      WRITE
+      %c : Tensor = aten::lt.Scalar(%i2, %n)
+      %more : bool = aten::Bool.Tensor(%c)
+      -> (%more, %i2, %h2)
+  return (%h_end)
+"""
+
+
+@pytest.mark.parametrize("write,scalarized", [
+    ("", True),
+    ("%h3 : Tensor = aten::mul_.Tensor(%h2, %i)", False),  # a write in the body: left alone
+])
+def test_ir_loop_counter(write, scalarized):
+    text = LOOP.replace("WRITE", write)
+    zero = {"zero": torch.zeros((), dtype=torch.int64)}
+    before, after = ir(text, zero), ir(text, zero)
+    assert run_pass("scalarize_loop_counters", after) is True  # the entry test, at least
+    loop = next(n for n in after.walk() if n.kind == "prim::Loop")
+    assert str(loop.blocks[0].inputs[1].type) == ("int" if scalarized else "Tensor")
+    for n in (0, 1, 4):
+        h = torch.tensor([1.0, -2.0, 0.5])
+        assert_same(run_graph(after, n, h.clone()), run_graph(before, n, h.clone()))
