@@ -9,7 +9,9 @@ operator calls for what is integer arithmetic. This pass carries the counter as 
 * the loop-carried value's initial value is a constant 0-dim int64 CPU tensor ``v0``;
 * the body's next value is ``p + c`` (``add.Tensor``, alpha 1) of the body's parameter ``p``
   and a constant int ``c``;
-* the loop's final value of the counter is unused.
+* the loop's final value of the counter is unused;
+* nothing in the body writes any tensor (no schema with ``!``), so no write through a view
+  of the counter, or of the tensor rebuilt for a use, can be missed.
 
 Then ``p`` and each ``p + c'`` in the body become ints (``aten::add.int``); a comparison
 ``lt/le/gt/ge/eq/ne.Scalar`` of one of them with an int, used only through ``aten::Bool``,
