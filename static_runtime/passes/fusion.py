@@ -1,7 +1,8 @@
 """Fusions into operators PyTorch has fused kernels for (``ops/native/fused.py`` runs them).
 
 ``fuse_attention``: ``matmul(softmax(matmul(q, k_t) * s, dim), v)`` — the written-out
-attention, with the scaling ``* s``, ``/ s`` or none — becomes one
+attention, with the scaling ``* s``, ``/ s`` (``mul``/``div``, ``.Scalar`` or, as
+``torch.export`` records it, ``.Tensor`` with the number as operand) or none — becomes one
 ``static_runtime::attention`` node, which runs ``scaled_dot_product_attention`` where that is
 faster. Only when each intermediate (scores, scaled scores, weights) has that chain as its
 only user, all in one block, ``s`` is a constant number and ``softmax`` has no ``dtype``.
@@ -33,6 +34,9 @@ _SOFTMAX = "aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> T
 _SCALE = {
     "aten::mul.Scalar(Tensor self, Scalar other) -> Tensor": False,
     "aten::div.Scalar(Tensor self, Scalar other) -> Tensor": True,
+    # torch.export records ``scores * s`` as mul.Tensor with the number as ``other``
+    "aten::mul.Tensor(Tensor self, Tensor other) -> Tensor": False,
+    "aten::div.Tensor(Tensor self, Tensor other) -> Tensor": True,
 }
 _CONV2D = str(torch.ops.aten.conv2d.default._schema)
 _RELU = {"aten::relu(Tensor self) -> Tensor", str(torch.ops.aten.relu_.default._schema)}

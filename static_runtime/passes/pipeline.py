@@ -12,8 +12,9 @@ GraphPass = Callable[[Graph], bool]
 #: Pass names (each is also a ``StaticModuleOptions`` field), in the order they run.
 PASS_ORDER = (
     "inline", "remove_noops", "constant_propagation", "functionalize", "specialize_alpha",
-    "variadic_cat_stack", "merge_tuple_unpacks", "fold_batchnorm", "fuse_attention",
-    "fuse_convolution", "eliminate_dead_code", "inplace_activations",
+    "variadic_cat_stack", "merge_tuple_unpacks", "fuse_transformer_encoder",
+    "scalarize_loop_counters", "fold_batchnorm", "fuse_attention", "fuse_convolution",
+    "eliminate_dead_code", "inplace_activations",
 )
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from static_runtime.ir.graph import Graph
 from static_runtime.passes.alpha import specialize_alpha
 from static_runtime.passes.constant_propagation import constant_propagation
+from static_runtime.passes.counters import scalarize_loop_counters
 from static_runtime.passes.dead_code import eliminate_dead_code
 from static_runtime.passes.fold import fold_batchnorm
 from static_runtime.passes.functionalize import functionalize
@@ -14,6 +15,7 @@ from static_runtime.passes.fusion import fuse_attention, fuse_convolution
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.noops import remove_noops
+from static_runtime.passes.transformer import fuse_transformer_encoder
 from static_runtime.passes.tuples import merge_tuple_unpacks
 from static_runtime.passes.variadic import variadic_cat_stack
 
@@ -25,6 +27,8 @@ PASSES: dict[str, Callable[[Graph], bool]] = {
     "specialize_alpha": specialize_alpha,
     "variadic_cat_stack": variadic_cat_stack,
     "merge_tuple_unpacks": merge_tuple_unpacks,
+    "fuse_transformer_encoder": fuse_transformer_encoder,
+    "scalarize_loop_counters": scalarize_loop_counters,
     "fold_batchnorm": fold_batchnorm,
     "fuse_attention": fuse_attention,
     "fuse_convolution": fuse_convolution,

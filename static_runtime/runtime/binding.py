@@ -229,6 +229,11 @@ class ExportBinder(Binder):
             if g.is_tensor or ranges or equal:
                 self._guards.append((i, len(g.dims) if g.is_tensor else None, static,
                                      tuple(ranges), tuple(equal), g))
+        self._fast = _compile_fast_check(self)
+        if self._fast is not None and self._flatten is None:
+            # The whole bind compiled for the common case (a flat tuple of tensors and ints):
+            # an instance attribute, so ``binder.bind(args, kwargs)`` calls it directly.
+            self.bind = self._compile_fast_bind()
 
     def bind(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
         if self._flatten is not None:
@@ -236,6 +241,10 @@ class ExportBinder(Binder):
                     and set(kwargs) == set(self._kw_order):
                 kwargs = {k: kwargs[k] for k in self._kw_order}
             leaves: list[Any] = []
+            if self._fast is not None and self._flatten((args, kwargs), leaves) \
+                    and len(leaves) == self.n and self._fast(*leaves):
+                return leaves
+            leaves.clear()
             if not self._flatten((args, kwargs), leaves):
                 spec = pytree.tree_flatten((tuple(args), kwargs))[1]
                 raise ArgumentError(
@@ -276,6 +285,20 @@ class ExportBinder(Binder):
             if type(x) is not type(value) or x != value:
                 self._refuse(g, f"{value!r} (specialised when exported)", repr(x))
 
+    def _compile_fast_bind(self):
+        """``bind`` for a program of flat positional inputs: the inputs themselves when the
+        generated check accepts them, else the general bind (which converts, or raises the
+        error that names what was wrong)."""
+        general = ExportBinder.bind.__get__(self)
+        fast, n = self._fast, self.n
+
+        def bind(args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+            if not kwargs and len(args) == n and fast(*args):
+                return list(args)
+            return general(args, kwargs)
+
+        return bind
+
     def binder_path(self, i: int) -> str:
         return self.graph.signature.guards[i].path
 
@@ -283,6 +306,48 @@ class ExportBinder(Binder):
         raise ArgumentError(
             f"argument {guard.path} expected {expected}, got {got}: the program was exported "
             "for these; export with dynamic_shapes= for sizes that vary")
+
+
+def _compile_fast_check(binder: ExportBinder):
+    """A generated function ``check(x0, x1, ...) -> bool``: True when the flat inputs pass
+    every check of ``Binder.bind`` and ``ExportBinder._check`` with nothing to convert, so a
+    call that passes costs a few comparisons with no interpretation of the guard records.
+    False sends the call to the general path, which converts (an int for a float) or raises
+    the error naming the input. None if an input's type has no compiled check (then every
+    call takes the general path)."""
+    names = [f"x{i}" for i in range(binder.n)]
+    lines = [f"def check({', '.join(names)}):"]
+    env: dict[str, Any] = {"Tensor": torch.Tensor}
+    for x, t in zip(names, binder.types):
+        if isinstance(t, T.TensorType):
+            lines.append(f"    if not isinstance({x}, Tensor): return False")
+        elif t is T.Int:
+            lines.append(f"    if type({x}) is not int: return False")
+        else:
+            return None
+    for i, ndim, static, ranges, equal, _ in binder._guards:
+        x = names[i]
+        if ndim is not None:
+            lines.append(f"    s{i} = {x}.shape")
+            lines.append(f"    if len(s{i}) != {ndim}: return False")
+        for d, want in static:
+            lines.append(f"    if s{i}[{d}] != {int(want)}: return False")
+        for d, lo, hi, k in ranges:
+            lines.append(f"    k{k} = {x if d is None else f's{i}[{d}]'}")
+            lines.append(f"    if k{k} < {int(lo)}: return False")
+            if hi != float("inf"):
+                lines.append(f"    if k{k} > {int(hi)}: return False")
+        for d, k in equal:
+            lines.append(f"    if {x if d is None else f's{i}[{d}]'} != k{k}: return False")
+    for j, (i, value, _) in enumerate(binder._values):
+        env[f"v{j}"], env[f"t{j}"] = value, type(value)
+        lines.append(f"    if type({names[i]}) is not t{j} or {names[i]} != v{j}: return False")
+    lines.append("    return True")
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, "<static_runtime export input check>", "exec"), env)  # noqa: S102  (our own generated code)
+    check = env["check"]
+    check.source = source
+    return check
 
 
 def _got(x: Any) -> str:

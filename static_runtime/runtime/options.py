@@ -43,6 +43,10 @@ class StaticModuleOptions:
     fuse_attention: bool = True
     #: conv2d with constant weight (+ relu) → oneDNN prepacked, fused convolution
     fuse_convolution: bool = True
+    #: an exported nn.TransformerEncoderLayer → aten::_transformer_encoder_layer_fwd
+    fuse_transformer_encoder: bool = True
+    #: a loop counter carried in a 0-dim int64 tensor (torch.export's while_loop) → an int
+    scalarize_loop_counters: bool = True
 
     #: Run the IR verifier after every pass (slower preparation; for debugging passes).
     verify_passes: bool = False

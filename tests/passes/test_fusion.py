@@ -104,6 +104,36 @@ def test_attention_model_uses_it():
     assert "static_runtime::attention" in kinds(torch.jit.script(model))
 
 
+class _TensorScaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("scale", torch.tensor(0.25))
+
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) * self.scale, -1) @ v
+
+
+def test_exported_attention_scaled_by_mul_tensor_is_fused():
+    """torch.export records ``scores * s`` as ``aten::mul.Tensor`` with the number ``s`` as
+    its second operand: fused as ``mul.Scalar`` is. A tensor as the scale is not fused."""
+    from static_runtime.models import MODELS
+
+    model = MODELS["multi_head_attention"].build()
+    (x,) = MODELS["multi_head_attention"].example_inputs(2)
+    mod = sr.StaticModule(torch.export.export(model, (x,)))
+    graph_kinds = [n.kind for n in mod.graph.walk()]
+    assert "static_runtime::attention" in graph_kinds and "aten::softmax" not in graph_kinds
+    with torch.no_grad():
+        torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-5)
+
+    qkv = [torch.randn(2, 4, 8, 16, generator=torch.Generator().manual_seed(i))
+           for i in range(3)]
+    tensor_scaled = _TensorScaled()
+    mod = sr.StaticModule(torch.export.export(tensor_scaled, tuple(qkv)))
+    assert "static_runtime::attention" not in [n.kind for n in mod.graph.walk()]
+    torch.testing.assert_close(mod(*qkv), tensor_scaled(*qkv))
+
+
 # --------------------------------------------------------------------------- convolution
 
 
