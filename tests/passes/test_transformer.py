@@ -64,10 +64,12 @@ def test_encoder_layer_fused_and_matches_eager(d_model, nhead, ff, activation, n
                        options=OPTIONS, rtol=1e-4, atol=1e-5)
     for name in ("default", "plain"):
         verify(mods[name].graph)
-        fused = [n for n in mods[name].graph.walk() if n.kind == FUSED]
-        assert len(fused) == 1, f"{name}: {mods[name].graph}"
-        assert not any(n.kind == "aten::scaled_dot_product_attention"
-                       for n in mods[name].graph.walk())
+    # "plain" runs no passes (tests/differential.py): only the default set fuses
+    fused = [n for n in mods["default"].graph.walk() if n.kind == FUSED]
+    assert len(fused) == 1, mods["default"].graph
+    assert not any(n.kind == "aten::scaled_dot_product_attention"
+                   for n in mods["default"].graph.walk())
+    assert _count(mods["plain"], FUSED) == 0
     consts = [i.node.attrs.get("value") for i in fused[0].inputs]
     # embed_dim, num_heads, use_gelu, norm_first, eps, mask, mask_type
     assert [consts[i] for i in (1, 2, 7, 8, 9)] == [d_model, nhead, activation == "gelu",
