@@ -558,28 +558,13 @@ def make_archive_runners(path: str | Path, inputs: tuple, *,
 
     def make_ours() -> Callable[[], Any]:
         mod = module if module is not None else sr.StaticModule(path)
-        held["fn"] = _arena_bytes(mod)
+        held["static_runtime"] = _arena_bytes(mod)
         rt = mod.runtime()
         return lambda: rt(*inputs)
 
-    factories = {"torchscript": make_torchscript, "torchscript_frozen": make_frozen,
-                 "pytorch_static_runtime": make_cpp, "static_runtime": make_ours}
-    runners: list[Runner] = []
-    for name, factory in factories.items():
-        try:
-            start = time.perf_counter()
-            fn = factory()
-            setup = time.perf_counter() - start
-            start = time.perf_counter()
-            fn()
-            first = time.perf_counter() - start
-            runners.append(Runner(name, fn, setup, first_call_seconds=first,
-                                  held_bytes=held.get("fn") if name == "static_runtime"
-                                  else None))
-        except Exception as e:  # noqa: BLE001  (a peer that cannot run the model is reported)
-            runners.append(Runner(name, _refused(_reason(e)), float("nan"), note=_reason(e),
-                                  details={"error": f"{type(e).__name__}: {str(e)[:4000]}"}))
-    return runners
+    return _runners_from({"torchscript": make_torchscript, "torchscript_frozen": make_frozen,
+                          "pytorch_static_runtime": make_cpp, "static_runtime": make_ours},
+                         held)
 
 
 # --------------------------------------------------------------------------- torch.export archives
