@@ -138,13 +138,14 @@ def _literal(value: Any) -> str | None:
 
 class _Emitter:
     def __init__(self, plan: ExecutionPlan, arena: frozenset[int], title: str,
-                 guard: tuple[bool, ...] | None, timed: bool = False,
+                 guard: tuple[bool, ...] | None, timed: frozenset[int] | None = None,
                  spec: Specialization | None = None):
         self.plan = plan
         #: what the input signature the guard checks determines (None: nothing assumed)
         self.spec = spec
-        #: the profiler's variant: a clock reading after each top-level node, returned
-        #: with the outputs (``benchmark_individual_ops``)
+        #: the profiler's variant: the top-level nodes (by index) with a clock reading before
+        #: and after them, returned with the outputs (``benchmark_individual_ops``); None:
+        #: no readings
         self.timed = timed
         self.stamps: list[str] = []
         self.arena = arena  # managed slots whose tensors live in the arena for this layout
@@ -199,7 +200,10 @@ class _Emitter:
     # -- blocks
     def block(self, block: ProcessedBlock, indent: int, top: bool = False) -> None:
         last_use = _last_uses(block) if top else {}
+        timed = self.timed if top and self.timed is not None else frozenset()
         for k, pn in enumerate(block.nodes):
+            if k in timed and k - 1 not in timed:
+                self.stamp(indent)
             self.node(pn, indent)
             if top and k < len(block.nodes) - 1:  # after the last node, return releases all
                 dead = [s for s, at in last_use.items() if at == k]
@@ -209,7 +213,7 @@ class _Emitter:
                     self.emit(indent, f"del {', '.join(names)}")
                     for s in dead:
                         self.top_defined.discard(s)
-            if top and self.timed:
+            if k in timed:
                 self.stamp(indent)
 
     def node(self, pn: ProcessedNode, indent: int) -> None:
@@ -403,12 +407,12 @@ class _Emitter:
             header.append(f"        if {' or '.join(checks)}:")
             header.append("            raise SignatureChanged")
         self.lines = []
-        if self.timed:
+        if self.timed is not None:
             self.globals["_clock"] = time.perf_counter_ns
-            self.stamp(2)
         self.block(plan.block, 2, top=True)
         outs = ", ".join(self.expr[s] for s in plan.block.outputs)
-        if self.timed:
+        if self.timed is not None:
+            self.stamp(2)
             self.emit(2, f"return [{outs}], ({', '.join(self.stamps)},)")
         else:
             self.emit(2, f"return [{outs}]")
@@ -447,12 +451,14 @@ class SignatureChanged(Exception):
 
 
 def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str,
-             guard: tuple[bool, ...] | None = None, timed: bool = False,
+             guard: tuple[bool, ...] | None = None, timed: frozenset[int] | None = None,
              spec: Specialization | None = None) -> GeneratedCode:
     """Generate, compile and return the code for ``plan`` with ``arena_slots`` in the arena;
     with ``guard`` (per input: is it a tensor), the code checks the input signature first.
-    ``timed``: the function returns ``(outputs, stamps)``, ``stamps`` the
-    ``time.perf_counter_ns()`` readings at its start and after each top-level node.
+    ``timed`` (indices of top-level nodes): the function returns ``(outputs, stamps)``,
+    ``stamps`` the ``time.perf_counter_ns()`` readings before and after each of those nodes
+    in order (one reading between two timed neighbours: after the first is before the
+    second), then one before the return (``stamp_layout`` tells which is which).
     ``spec`` (only with ``guard``: the code may assume only the signature it checks): the
     values, branches and dead nodes that signature decides (``runtime.specialize``)."""
     if guard is None:
@@ -586,11 +592,11 @@ class CodegenExecutor(Interpreter):
         return frozenset(s for s in self._managed
                          if values[s] is not None and s not in self.unkept)
 
-    def profiled_function(self, timed: bool) -> tuple[Callable[..., Any], bool]:
+    def profiled_function(self, timed: frozenset[int] | None) -> tuple[Callable[..., Any], bool]:
         """The profiler's copy of the generated function for the current layout (call
         ``prepare`` first), and whether a call needs ``prepare`` before it (as ``run``
-        does); call ``finish`` after. If ``timed`` it returns ``(outputs, stamps)`` (see
-        ``generate``). Exceptions are then mapped to nodes through it: meant for an
+        does); call ``finish`` after. With ``timed`` (node indices) it returns
+        ``(outputs, stamps)`` (see ``generate``). Exceptions are then mapped to nodes through it: meant for an
         executor of the profiler's own."""
         self._fast or self._bind()
         guard = self._guard()
@@ -656,3 +662,16 @@ class CodegenExecutor(Interpreter):
             tb = tb.tb_next
         for pn in code.nodes_at(lineno) if lineno is not None else ():
             annotate(e, pn)
+
+
+def stamp_layout(timed: frozenset[int]) -> list[tuple[int, int]]:
+    """For the readings of a function generated with ``timed``: ``(node, start index)`` per
+    timed node, its time being ``stamps[start + 1] - stamps[start]``; the last reading
+    (before the return) is ``stamps[-1]``."""
+    layout, index = [], -1
+    for k in sorted(timed):
+        if k - 1 not in timed:
+            index += 1  # the reading before k
+        layout.append((k, index))
+        index += 1  # the reading after k
+    return layout

@@ -4,12 +4,17 @@
 times are taken around each top-level node (a control-flow node's time includes its
 blocks), averaged over the main runs.
 
-The per-node clock is cheap by construction: one ``time.perf_counter_ns()`` reading after
-each top-level node, differences taken afterwards (PyTorch takes two readings per node).
-Under the generated-code executor the readings are lines of the generated function itself
-(``generate(..., timed=True)``), so the profile is of the code a call runs, not of the
-reference interpreter; under ``executor="interpreter"`` they are taken in the node loop.
-``measure_overhead`` reports what the readings cost: the same loop with and without them.
+The per-node clock is cheap by construction. Each iteration times only some top-level
+nodes — every ``v``-th, for ``v = min(nodes, MAX_VARIANTS)`` variants in rotation, so each
+node is timed once per ``v`` iterations — with a ``time.perf_counter_ns()`` reading before
+and after each (one between timed neighbours). A call then carries about ``2 × nodes / v``
+readings instead of one per node: at most 16 for any model up to 64 nodes, two for a model
+of a few nodes. Under the generated-code executor the readings are lines of variants of the
+generated function itself (``generate(..., timed=nodes)``), so the profile is of the code a
+call runs, not of the reference interpreter; under ``executor="interpreter"`` they are taken
+in the node loop. ``benchmark_individual_ops(main_runs=N)`` gives every node N samples (N ×
+v iterations). ``measure_overhead`` reports what the readings cost: the same loop, whole
+rotations, with and without them.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from static_runtime.ops.registry import Tier
-from static_runtime.runtime.codegen import CodegenExecutor
+from static_runtime.runtime.codegen import CodegenExecutor, stamp_layout
 
 if TYPE_CHECKING:
     from static_runtime.runtime.module import StaticRuntime
@@ -101,11 +106,29 @@ def benchmark(runtime: StaticRuntime, args: tuple, kwargs: dict, warmup_runs: in
     return _ms(_clock() - start) / main_runs
 
 
+#: At most this many variants of the timed code: each iteration times every ``variants``-th
+#: top-level node, rotating, so a call carries two readings per timed node instead of one
+#: per node (see the module docstring).
+MAX_VARIANTS = 8
+
+
+def node_subsets(n: int, max_variants: int = MAX_VARIANTS) -> list[frozenset[int]]:
+    """The top-level nodes each profiled iteration times, in rotation: ``n`` nodes over
+    ``min(n, max_variants)`` iterations, node ``k`` in subset ``k % variants`` (so no two
+    timed nodes are neighbours unless there are fewer variants than needed to avoid it)."""
+    variants = max(1, min(n, max_variants))
+    return [frozenset(range(j, n, variants)) for j in range(variants)]
+
+
 class _Loop:
-    """One profiled iteration at a time, on an executor of its own (so the runtime's state
-    is untouched): ``once(timed)`` returns the outputs and, if ``timed``, the clock
-    readings ``(start, after memory setup, after each top-level node..., after the return,
-    after finishing the outputs)``."""
+    """Profiled iterations on an executor of its own (so the runtime's state is untouched).
+
+    ``once(j)`` runs one iteration of variant ``j`` — timing the nodes of
+    ``subsets[j]``, two clock readings each (generated code: lines of a variant of the
+    function; interpreter: around the node in the loop) — and returns the outputs and
+    ``(phases, {node: ns})``; ``phases`` are the readings ``(start, after memory setup,
+    before the return, after the return, after finishing the outputs)``, taken in variant 0
+    only (None in the others). ``once(None)`` runs an untimed iteration."""
 
     def __init__(self, runtime: StaticRuntime, args: tuple, kwargs: dict):
         module = runtime.module
@@ -114,11 +137,16 @@ class _Loop:
         self.inputs = runtime.binder.bind(args, kwargs)
         self.setup_ns = _clock() - start
         self.nodes = self.interp.plan.block.nodes
+        self.subsets = node_subsets(len(self.nodes))
+        self.layouts = [stamp_layout(sub) for sub in self.subsets]
+        #: per variant, the interpreter's steps: (node as a 1-tuple, read the clock before,
+        #: after) — decided once, not per node per iteration
+        self._steps = [[((pn,), k in sub and k - 1 not in sub, k in sub)
+                        for k, pn in enumerate(self.nodes)] for sub in self.subsets]
         self.guard = runtime.guard
-        self._timed_fn: Callable[..., Any] | None = None
+        self._timed_fns: list[Callable[..., Any]] = []
         self._plain_fn: Callable[..., Any] | None = None
         self._prepare = True
-        self._singletons = [(pn,) for pn in self.nodes]
 
     def first(self) -> int:
         """The first call (plans memory, generates code); returns its ns."""
@@ -131,48 +159,70 @@ class _Loop:
         interp = self.interp
         if isinstance(interp, CodegenExecutor):
             interp.prepare(self.inputs)
-            self._plain_fn, self._prepare = interp.profiled_function(timed=False)
-            self._timed_fn, _ = interp.profiled_function(timed=True)
+            self._plain_fn, self._prepare = interp.profiled_function(None)
+            self._timed_fns = [interp.profiled_function(sub)[0] for sub in self.subsets]
 
-    def once(self, timed: bool) -> tuple[Any, tuple[int, ...] | None]:
+    def once(self, variant: int | None) -> tuple[Any, tuple | None]:
+        """One iteration; for a timed variant, its raw readings: ``(phases, stamps)``, to
+        be read by ``times`` after the loop (the timed path does no more than it must)."""
         interp, inputs = self.interp, self.inputs
-        if self._timed_fn is not None:
-            if not timed:
+        if self._plain_fn is not None:
+            if variant is None:
                 if self._prepare:
                     interp.prepare(inputs)
-                outs = self._plain_fn(*inputs)
-                return interp.finish(outs, inputs), None
+                return interp.finish(self._plain_fn(*inputs), inputs), None
+            if variant:
+                if self._prepare:
+                    interp.prepare(inputs)
+                outs, stamps = self._timed_fns[variant](*inputs)
+                return interp.finish(outs, inputs), (None, stamps)
             t0 = _clock()
             if self._prepare:
                 interp.prepare(inputs)
-            outs, stamps = self._timed_fn(*inputs)
             t1 = _clock()
+            outs, stamps = self._timed_fns[0](*inputs)
+            t2 = _clock()
             outs = interp.finish(outs, inputs)
-            return outs, (t0, *stamps, t1, _clock())
-        if not timed:
+            t3 = _clock()
+            # Variant 0 times node 0: its first reading ends the memory setup, which includes
+            # the function's own first lines (the input signature check).
+            setup_end = stamps[0] if self.subsets[0] else t1
+            return outs, ((t0, setup_end, stamps[-1], t2, t3), stamps)
+        if variant is None:
             interp.begin(inputs)
             interp.run_block(interp.plan.block)
             outs = interp.end(inputs)
             interp.clear()
             return outs, None
         run_nodes = interp.run_nodes
-        stamps = [_clock()]
+        stamps = []
+        stamp = stamps.append
+        t0 = _clock()
         interp.begin(inputs)
-        stamps.append(_clock())
-        for one in self._singletons:
+        t1 = _clock()
+        for one, before, after in self._steps[variant]:
+            if before:
+                stamp(_clock())
             run_nodes(one)
-            stamps.append(_clock())
+            if after:
+                stamp(_clock())
+        stamp(_clock())
         outs = interp.end(inputs)
         interp.clear()
-        stamps.append(_clock())
-        stamps.append(stamps[-1])  # ``end`` finishes the outputs; counted with the release
-        return outs, tuple(stamps)
+        t3 = _clock()
+        # ``end`` finishes the outputs; counted with the release
+        return outs, ((t0, t1, stamps[-1], t3, t3) if variant == 0 else None, stamps)
+
+    def times(self, variant: int, stamps: tuple[int, ...]) -> dict[int, int]:
+        """Node → ns from the readings of one iteration of ``variant``."""
+        return {k: stamps[i + 1] - stamps[i] for k, i in self.layouts[variant]}
 
 
 def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
                              warmup_runs: int, main_runs: int) -> IndividualMetrics:
-    """Per-node times of ``main_runs`` iterations after ``warmup_runs`` (see the module
-    docstring for how they are taken, ``IndividualMetrics`` for what each field is)."""
+    """Per-node times of ``main_runs`` samples of every node after ``warmup_runs`` (see the
+    module docstring for how they are taken, ``IndividualMetrics`` for what each field
+    is)."""
     if main_runs < 1:
         raise ValueError("main_runs must be at least 1")
     m = IndividualMetrics()
@@ -181,25 +231,29 @@ def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
         m.setup_time = _ms(loop.setup_ns)
         m.first_iter_time = _ms(loop.first())
         loop.bind()
+        variants = len(loop.subsets)
         for _ in range(warmup_runs):
-            loop.once(True)
+            for j in range(variants):
+                loop.once(j)
         nodes = loop.nodes
         per_node = [0] * len(nodes)
         alloc = dealloc = out_dealloc = 0
-        n = len(nodes)
         total_start = _clock()
+        readings = []
         for _ in range(main_runs):
-            outs, st = loop.once(True)
-            # st: start, after prepare (= node 0's start), after each node, after the
-            # return, after finishing outputs
-            alloc += st[1] - st[0]
-            for k in range(n):
-                per_node[k] += st[k + 2] - st[k + 1]
-            dealloc += st[n + 2] - st[n + 1]
+            outs, (phases, stamps) = loop.once(0)
             s = _clock()
             del outs
             out_dealloc += _clock() - s
-        m.total_time = _ms(_clock() - total_start) / main_runs
+            alloc += phases[1] - phases[0]
+            dealloc += phases[3] - phases[2]
+            readings.append((0, stamps))
+            for j in range(1, variants):
+                readings.append((j, loop.once(j)[1][1]))
+        m.total_time = _ms(_clock() - total_start) / (main_runs * variants)
+        for j, stamps in readings:
+            for k, t in loop.times(j, stamps).items():
+                per_node[k] += t
 
     m.memory_alloc_time = _ms(alloc) / main_runs
     m.memory_dealloc_time = _ms(dealloc) / main_runs
@@ -236,13 +290,17 @@ def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
         loop = _Loop(runtime, args, kwargs)
         loop.first()
         loop.bind()
+        variants = len(loop.subsets)
         for _ in range(warmup_runs):
-            loop.once(True)
-            loop.once(False)
+            for j in range(variants):
+                loop.once(j)
+            loop.once(None)
         start = _clock()
-        loop.once(False)
-        runs = max(1, int(sample_ms * 1e6 / max(_clock() - start, 1)))
+        loop.once(None)
+        runs = max(variants, int(sample_ms * 1e6 / max(_clock() - start, 1)))
+        runs -= runs % variants  # whole rotations
     once = loop.once
+    rotation = [j for _ in range(runs // variants) for j in range(variants)]
     untimed: list[float] = []
     timed: list[float] = []
     calls: list[float] = []
@@ -250,10 +308,10 @@ def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
         with runtime.guard():
             start = _clock()
             for _ in range(runs):
-                once(False)
+                once(None)
             middle = _clock()
-            for _ in range(runs):
-                once(True)
+            for j in rotation:
+                once(j)
             end = _clock()
         untimed.append(_ms(middle - start) / runs)
         timed.append(_ms(end - middle) / runs)

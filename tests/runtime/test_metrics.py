@@ -12,7 +12,8 @@ from differential import assert_same, script
 import static_runtime as sr
 from static_runtime.models import MODELS
 from static_runtime.passes.pipeline import PASS_ORDER, run_passes
-from static_runtime.runtime.metrics import _Loop, measure_overhead
+from static_runtime.runtime.codegen import stamp_layout
+from static_runtime.runtime.metrics import MAX_VARIANTS, _Loop, measure_overhead, node_subsets
 
 
 @pytest.mark.parametrize("name", ["mlp", "control_flow", "dlrm"])
@@ -27,16 +28,54 @@ def test_timed_generated_code_computes_the_same(name):
         loop = _Loop(rt, inputs, {})
         loop.first()
         loop.bind()
-        plain, _ = loop.once(False)
-        timed, stamps = loop.once(True)
+        plain, _ = loop.once(None)
+        results = [loop.once(j) for j in range(len(loop.subsets))]
     expected = scripted(*inputs)
     n = len(mod.plan.block.nodes)
-    # start, after memory setup, one per top-level node, after the return, after finishing
-    assert len(stamps) == n + 4
-    assert list(stamps) == sorted(stamps)
-    assert_same(timed[0], expected)
     assert_same(plain[0], expected)
+    timed_nodes = []
+    for j, (outs, (phases, stamps)) in enumerate(results):
+        times = loop.times(j, stamps)
+        assert_same(outs[0], expected)
+        assert set(times) == loop.subsets[j]
+        assert all(t >= 0 for t in times.values())
+        timed_nodes += list(times)
+        assert (phases is not None) == (j == 0)
+    assert sorted(timed_nodes) == list(range(n)), "every node is timed once per rotation"
+    t0, setup_end, before_return, after_return, finished = results[0][1][0]
+    assert t0 <= setup_end <= before_return <= after_return <= finished
     assert "_clock()" not in mod.code, "the runtime's own code carries no clock readings"
+
+
+def test_each_call_times_few_nodes():
+    for n in (0, 1, 5, 8, 9, 76):
+        subsets = node_subsets(n)
+        assert sorted(k for s in subsets for k in s) == list(range(n))
+        assert len(subsets) == max(1, min(n, MAX_VARIANTS))
+        assert max(len(s) for s in subsets) <= max(1, -(-n // MAX_VARIANTS))
+    # readings: one before and one after each timed node, shared between neighbours
+    assert stamp_layout(frozenset({0, 8, 16})) == [(0, 0), (8, 2), (16, 4)]
+    assert stamp_layout(frozenset({2, 3, 4})) == [(2, 0), (3, 1), (4, 2)]
+    assert stamp_layout(frozenset()) == []
+
+
+def test_timed_variant_source_has_two_readings_per_timed_node():
+    spec = MODELS["dlrm"]
+    mod = sr.StaticModule(script(spec.build()))
+    rt = mod.runtime()
+    inputs = spec.example_inputs(1)
+    rt(*inputs)
+    n = len(mod.plan.block.nodes)
+    with rt.guard():
+        loop = _Loop(rt, inputs, {})
+        loop.first()
+        loop.bind()
+        loop.interp.profiled_function(loop.subsets[1])
+        source = loop.interp._code.source
+    # two per timed node (no two are neighbours with 8 variants of 76 nodes), one before
+    # the return
+    assert source.count("_clock()") == 2 * len(loop.subsets[1]) + 1
+    assert len(loop.subsets[1]) <= -(-n // MAX_VARIANTS)
 
 
 @pytest.mark.parametrize("executor", ["codegen", "interpreter"])
@@ -44,10 +83,28 @@ def test_individual_ops_per_executor(executor):
     spec = MODELS["control_flow"]
     mod = sr.StaticModule(script(spec.build()),
                           options=sr.StaticModuleOptions(executor=executor))
-    m = mod.benchmark_individual_ops(spec.example_inputs(3), {}, 1, 3)
+    m = mod.benchmark_individual_ops(spec.example_inputs(3), {}, 1, 5)
     assert len(m.time_per_node) == len(mod.plan.block.nodes) == m.total_nodes_count
     assert all(t >= 0 for t in m.time_per_node)
-    assert m.total_time >= sum(m.time_per_node) + m.memory_alloc_time
+    assert m.total_time > 0 and sum(m.time_per_node) > 0
+
+
+def test_rotation_gives_every_node_its_samples(monkeypatch):
+    """With a clock that advances 1 µs per reading, every node of the interpreter's
+    profile is timed at exactly 1 µs: each sampled once per rotation, averaged over the
+    main runs (not over iterations)."""
+    import itertools
+
+    from static_runtime.runtime import metrics
+
+    spec = MODELS["dlrm"]  # 76 top-level nodes: 8 variants
+    mod = sr.StaticModule(script(spec.build()),
+                          options=sr.StaticModuleOptions(executor="interpreter"))
+    ticks = itertools.count(0, 1000)
+    monkeypatch.setattr(metrics, "_clock", lambda: next(ticks))
+    m = mod.benchmark_individual_ops(spec.example_inputs(1), {}, 1, 3)
+    assert m.time_per_node == [0.001] * len(mod.plan.block.nodes)
+    assert m.memory_alloc_time == pytest.approx(0.001)
     assert m.first_iter_time > 0 and m.setup_time >= 0
 
 
