@@ -247,7 +247,10 @@ def _check_metrics(m: sr.IndividualMetrics, mod: sr.StaticModule) -> None:
         assert m.time_per_node_type[kind] == pytest.approx(per_kind, rel=1e-9, abs=1e-12)
     assert sum(m.percent_per_node_type.values()) == pytest.approx(100.0, abs=1e-6)
     assert all(0 <= p <= 100 for p in m.percent_per_node_type.values())
-    assert m.total_time >= sum(m.time_per_node) * (1 - 1e-9)
+    # Nodes are timed in a rotation, in different iterations than each other, so the
+    # per-node means add up to total_time only on average (tests/runtime/test_metrics.py
+    # checks the averaging exactly, with a fake clock).
+    assert m.total_time > 0
     assert m.out_nodes <= set(kinds)
     assert 0 <= m.out_nodes_count <= m.total_nodes_count
     assert (m.out_nodes_count == 0) == (not m.out_nodes)
