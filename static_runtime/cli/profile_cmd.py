@@ -109,7 +109,7 @@ def profile(model: str, input_specs: tuple[str, ...], inputs_file: str | None, b
                                 for k in kinds],
                         f"Time per node kind: {Path(model).name}",
                         f"inputs {describe_inputs(args)}; {executor} executor, {threads} "
-                        f"thread(s); mean of {runs} calls, {m.total_time * 1e3:.1f} µs per call")
+                        f"thread(s); each node timed in {runs} calls, {m.total_time * 1e3:.1f} µs per call")
     if as_json:
         metrics = dataclasses.asdict(m)
         metrics["out_nodes"] = sorted(m.out_nodes)
