@@ -367,6 +367,25 @@ class Graph:
             node.add_output(t)
         return node
 
+    def replace_node(self, old: Node, kind: str, inputs: list[Value] | tuple[Value, ...], *,
+                     schema: str | None = None,
+                     remove: list[Node] | tuple[Node, ...] | None = None) -> Node:
+        """A node ``kind(inputs)`` in the place of single-output ``old``: placed before it,
+        with ``schema`` and ``old``'s source; every use of ``old``'s output moves to the new
+        output, which takes its name. Then the nodes of ``remove`` (default: ``old``; users
+        before producers) are destroyed. Returns the new node."""
+        new = self.create(kind, inputs, output_types=[old.output.type])
+        new.schema = schema
+        new.source = old.source
+        new.meta = dict(old.meta)
+        new.insert_before(old)
+        name = old.output.name
+        old.output.replace_all_uses_with(new.output)
+        for node in (old,) if remove is None else remove:
+            node.destroy()
+        new.output.set_name(name)  # after the destroys released it
+        return new
+
     def constant(self, value: Any, type: T.Type, before: Node | None = None,
                  block: Block | None = None) -> Value:
         """A ``prim::Constant`` holding ``value``; placed before ``before``, else at the

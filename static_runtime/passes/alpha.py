@@ -39,15 +39,7 @@ def specialize_alpha(graph: Graph) -> bool:
         if target is None:
             continue
         kind, schema = target
-        new = graph.create(kind, list(node.inputs[:2]), output_types=[node.output.type])
-        new.schema = schema
-        new.source = node.source
-        new.meta = dict(node.meta)
-        new.insert_before(node)
-        name = node.output.name
-        node.output.replace_all_uses_with(new.output)
-        node.destroy()
-        new.output.set_name(name)
+        graph.replace_node(node, kind, node.inputs[:2], schema=schema)
         changed = True
     return changed
 

@@ -114,14 +114,8 @@ def _scalarize(graph: Graph, loop: Node, j: int) -> bool:
     first = body.nodes[0]
     _retype_uses(graph, param, first, body, None, increments)
     for inc in increments:
-        new = graph.create("aten::add", list(inc.inputs[:2]), output_types=[T.Int])
-        new.schema = _ADD_INT
-        new.source = inc.source
-        new.insert_before(inc)
-        name = inc.output.name
-        inc.output.replace_all_uses_with(new.output)
-        inc.destroy()
-        new.output.set_name(name)
+        inc.output.type = T.Int
+        new = graph.replace_node(inc, "aten::add", inc.inputs[:2], schema=_ADD_INT)
         index = body.nodes.index(new)
         after = body.nodes[index + 1] if index + 1 < len(body.nodes) else None
         _retype_uses(graph, new.output, after, body, 1 + j, ())

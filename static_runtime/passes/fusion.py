@@ -90,16 +90,8 @@ def _fuse_attention_at(graph: Graph, last: Node) -> bool:
               if scale is not None else graph.constant(None, T.NoneT, before=last),
               graph.constant(divide, T.Bool, before=last),
               graph.constant(dim, T.Int, before=last)]
-    fused = graph.create("static_runtime::attention", [query, key_t, value, *consts],
-                         output_types=[last.output.type])
-    fused.schema = ATTENTION
-    fused.source = last.source
-    fused.insert_before(last)
-    name = last.output.name
-    last.output.replace_all_uses_with(fused.output)
-    for node in chain:  # users before producers
-        node.destroy()
-    fused.output.set_name(name)
+    graph.replace_node(last, "static_runtime::attention", [query, key_t, value, *consts],
+                       schema=ATTENTION, remove=chain)  # chain: users before producers
     return True
 
 
@@ -180,15 +172,7 @@ def _rewrite_conv(graph: Graph, conv: Node) -> None:
     fuse_relu = (relu is not None and relu.schema in _RELU
                  and relu.owning_block is conv.owning_block)
     attr = graph.constant("relu" if fuse_relu else "none", T.Str, before=conv)
-    fused = graph.create("static_runtime::conv2d_pointwise", [*conv.inputs, attr],
-                         output_types=[out.type])
-    fused.schema = CONV2D_POINTWISE
+    fused = graph.replace_node(relu if fuse_relu else conv, "static_runtime::conv2d_pointwise",
+                               [*conv.inputs, attr], schema=CONV2D_POINTWISE,
+                               remove=(relu, conv) if fuse_relu else (conv,))
     fused.source = conv.source
-    fused.insert_before(conv)
-    last = relu if fuse_relu else conv
-    name = last.output.name
-    last.output.replace_all_uses_with(fused.output)
-    if fuse_relu:
-        relu.destroy()
-    conv.destroy()
-    fused.output.set_name(name)

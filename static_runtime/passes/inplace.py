@@ -45,10 +45,4 @@ def _input_unobserved(node: Node, db: AliasDb) -> bool:
 
 
 def _rewrite(graph: Graph, node: Node) -> None:
-    inplace = graph.create("aten::relu_", [node.inputs[0]], output_types=[node.output.type])
-    inplace.schema = _RELU_
-    inplace.source = node.source
-    inplace.insert_before(node)
-    node.output.replace_all_uses_with(inplace.output)
-    inplace.output.set_name(node.output.name)
-    node.destroy()
+    graph.replace_node(node, "aten::relu_", [node.inputs[0]], schema=_RELU_)

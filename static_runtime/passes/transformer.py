@@ -404,17 +404,10 @@ def _replace(graph: Graph, m: _Match, last: Node) -> Value:
         a["ffn_weight_1"], a["ffn_bias_1"], a["ffn_weight_2"], a["ffn_bias_2"],
         const(None, T.NoneT), const(None, T.NoneT),
     ]
-    fused = graph.create("aten::_transformer_encoder_layer_fwd", inputs,
-                         output_types=[last.output.type])
-    fused.schema = ENCODER_LAYER
-    fused.source = last.source
-    fused.insert_before(last)
-    name = last.output.name
-    last.output.replace_all_uses_with(fused.output)
     operands = {v for node in m.nodes for v in node.inputs}
-    for node in sorted(m.nodes, key=lambda n: n.owning_block.nodes.index(n), reverse=True):
-        node.destroy()
-    fused.output.set_name(name)
+    fused = graph.replace_node(
+        last, "aten::_transformer_encoder_layer_fwd", inputs, schema=ENCODER_LAYER,
+        remove=sorted(m.nodes, key=lambda n: n.owning_block.nodes.index(n), reverse=True))
     _drop_unused_scalars(operands)
     return fused.output
 

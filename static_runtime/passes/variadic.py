@@ -38,14 +38,7 @@ def variadic_cat_stack(graph: Graph) -> bool:
             continue
         if db.has_writers(lst, same_object=True):
             continue
-        new = graph.create(kind, [*lst.node.inputs, node.inputs[1]],
-                           output_types=[node.output.type])
-        new.source = node.source
-        new.insert_before(node)
-        name = node.output.name
-        node.output.replace_all_uses_with(new.output)
-        node.destroy()
-        new.output.set_name(name)
+        graph.replace_node(node, kind, [*lst.node.inputs, node.inputs[1]])
         if not lst.uses:
             lst.node.destroy()
         changed = True
