@@ -554,13 +554,8 @@ def make_archive_runners(path: str | Path, inputs: tuple, *,
         sm = torch._C._jit_to_static_module(loaded()._c)
         return lambda: sm(*inputs)
 
-    held = {}
-
-    def make_ours() -> Callable[[], Any]:
-        mod = module if module is not None else sr.StaticModule(path)
-        held["static_runtime"] = _arena_bytes(mod)
-        rt = mod.runtime()
-        return lambda: rt(*inputs)
+    held: dict[str, Callable[[], int] | None] = {}
+    make_ours = _ours_from_file(path, inputs, module, held)
 
     return _runners_from({"torchscript": make_torchscript, "torchscript_frozen": make_frozen,
                           "pytorch_static_runtime": make_cpp, "static_runtime": make_ours},
@@ -584,7 +579,16 @@ def make_exported_runners(path: str | Path, inputs: tuple, *,
     def make_eager() -> Callable[[], Any]:
         return _in_inference_mode(torch.export.load(path).module(), inputs)
 
-    held = {}
+    held: dict[str, Callable[[], int] | None] = {}
+    make_ours = _ours_from_file(path, inputs, module, held)
+
+    return _runners_from({"eager": make_eager, "static_runtime": make_ours}, held)
+
+
+def _ours_from_file(path: str, inputs: tuple, module: sr.StaticModule | None,
+                    held: dict[str, Callable[[], int] | None]) -> Callable[[], Callable[[], Any]]:
+    """The factory of our runner for a model file: ``module`` if given, else
+    ``StaticModule(path)``; records how to read its arena bytes in ``held``."""
 
     def make_ours() -> Callable[[], Any]:
         mod = module if module is not None else sr.StaticModule(path)
@@ -592,7 +596,7 @@ def make_exported_runners(path: str | Path, inputs: tuple, *,
         rt = mod.runtime()
         return lambda: rt(*inputs)
 
-    return _runners_from({"eager": make_eager, "static_runtime": make_ours}, held)
+    return make_ours
 
 
 def _runners_from(factories: dict[str, Callable[[], Callable[[], Any]]],
