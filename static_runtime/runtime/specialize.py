@@ -13,8 +13,20 @@ code then binds folded values as literals and leaves out the nodes nobody needs 
 
 Soundness rules:
 
-* facts only come from the guard's key and from the graph's scalar constants; a device,
-  strides, contiguity or ``requires_grad`` are not in the key and are never assumed;
+* facts only come from the guard's key and from the graph's constants; a device, strides,
+  contiguity or ``requires_grad`` are not in the key and are never assumed;
+* the dtype and shape of a tensor an operator computes are facts when its arguments' are:
+  the operator runs on meta tensors of those dtypes and shapes (an output's size never
+  depends on its inputs' strides). Not for operators whose sizes depend on data (PyTorch's
+  ``dynamic_output_shape``/``data_dependent_output`` tags; a meta run of anything that reads
+  data raises and gives no fact). Only tensors (and lists of them) come from such a run,
+  never scalars (``aten::equal`` of meta tensors answers without data); a node whose
+  tensor got its fact this way always runs (its call may still raise on the real
+  strides, ``view`` of a transposed tensor). Only PyTorch's operators (``aten``, ``prim``)
+  and ours are run: a user's operator is user code, never run at preparation;
+* the values of small tensors (``VALUE_FACT_NUMEL``) computed from constants and known
+  values only are facts too (``ValueFact``: ``prim::NumToTensor`` of a size, a slice of a
+  constant buffer), so what is read from them folds (``aten::Int``, a size);
 * a list fact holds only for a value no node may change as a list (the alias analysis'
   ``writers(..., same_object=True)``: ``append``, ``pop``, ``__setitem__`` ...); a tensor
   fact only for a value no node may write except through an in-place operator that keeps
@@ -29,11 +41,14 @@ Soundness rules:
 
 from __future__ import annotations
 
+import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
 from static_runtime.ops import schema as S
 from static_runtime.passes.alias import TENSOR, AliasDb, shallow_families
@@ -57,6 +72,20 @@ class TensorFact:
 
 
 @dataclass(frozen=True)
+class ValueFact(TensorFact):
+    """The value is a tensor equal to ``value`` on every call: small tensors computed from
+    constants and the signature only (``prim::NumToTensor`` of a size, a slice of a constant
+    buffer). The node computing it still runs when its tensor is used; the fact lets what
+    is read from it (``aten::Int``) fold."""
+
+    value: torch.Tensor = field(compare=False, repr=False)
+
+
+#: The most elements a tensor may have to be computed at specialisation (``ValueFact``).
+VALUE_FACT_NUMEL = 4096
+
+
+@dataclass(frozen=True)
 class SeqFact:
     """The value is a list or tuple of exactly these elements (a fact or None each)."""
 
@@ -69,6 +98,8 @@ Fact = Const | TensorFact | SeqFact
 #: Tensor metadata the key determines: evaluated on a meta tensor of the known dtype/shape.
 _METADATA_KINDS = frozenset({"aten::dim", "aten::size", "aten::numel", "prim::dtype",
                              "aten::len", "aten::is_floating_point", "aten::is_complex"})
+#: Operators run on meta tensors or known values at specialisation: PyTorch's and ours.
+_OWN_NAMESPACES = frozenset({"aten", "prim", "static_runtime"})
 _SCALAR_TYPES = frozenset({"int", "bool", "float", "str"})
 _CONST_TYPES = (int, float, str, bool, type(None), torch.dtype)
 
@@ -83,6 +114,8 @@ class Specialization:
     taken: dict[Node, int] = field(default_factory=dict)
     #: nodes whose results nobody needs once the above is folded (not emitted)
     dropped: set[Node] = field(default_factory=set)
+    #: slot → the dtype and shape of the tensor it holds on every call with this signature
+    tensors: dict[int, TensorFact] = field(default_factory=dict)
 
 
 def key_fact(k: Any) -> Fact | None:
@@ -142,6 +175,18 @@ class Specializer:
             self._keeps[node] = ok
         return ok
 
+    def returns_written_self(self, node: Node) -> bool:
+        """Whether ``node`` is an in-place operator keeping metadata that returns ``self``
+        (``aten::relu_(Tensor(a!) self) -> Tensor(a!)``)."""
+        if node.schema is None or not self._keeps_metadata(node):
+            return False
+        info = S.parse(node.schema)
+        if len(info.returns) != 1 or not info.arguments:
+            return False
+        self_arg, ret = info.arguments[0], info.returns[0]
+        return (self_arg.type == ret.type == "Tensor" and self_arg.is_write and ret.is_write
+                and bool(self_arg.alias_sets) and self_arg.alias_sets == ret.alias_sets)
+
     def specialize(self, key: tuple) -> Specialization:
         """Fold what ``key`` (the signature the code's guard checks) determines."""
         run = _Run(self)
@@ -149,6 +194,8 @@ class Specializer:
         for slot, const in plan.constants.items():
             if type(const) in _CONST_TYPES:
                 run.facts[slot] = Const(const)
+            elif not (isinstance(const, torch.Tensor) and const.is_meta):
+                run.set(slot, _value_fact(const))  # tensors, lists and tuples
         for slot, k in zip(plan.block.inputs, key):
             fact = key_fact(k)
             if fact is not None and self.stable(slot, fact):
@@ -157,7 +204,8 @@ class Specializer:
         spec = Specialization(taken=run.taken)
         spec.known = {s: f.value for s, f in run.facts.items()
                       if isinstance(f, Const) and s in run.folded}
-        _Liveness(self, spec).top(plan.block)
+        spec.tensors = {s: f for s, f in run.facts.items() if isinstance(f, TensorFact)}
+        _Liveness(self, spec, run.computed).top(plan.block)
         return spec
 
 
@@ -170,6 +218,8 @@ class _Run:
         self.taken: dict[Node, int] = {}
         #: slots made constant by this analysis (not the graph's own constants)
         self.folded: set[int] = set()
+        #: nodes whose tensor outputs have facts from a meta run (they always run)
+        self.computed: set[Node] = set()
 
     def set(self, slot: int, fact: Fact | None) -> None:
         if fact is not None and self.owner.stable(slot, fact):
@@ -199,8 +249,14 @@ class _Run:
                 for b in pn.blocks:
                     self.block(b)
             return
-        if has_side_effects(pn.node) or is_nondeterministic(pn.node) or self.owner.db.writes(
-                pn.node):
+        if has_side_effects(pn.node) or is_nondeterministic(pn.node):
+            return
+        if self.owner.db.writes(pn.node):
+            # ``relu_(x)`` returns ``x``, dtype and shape unchanged (not its values)
+            first = self.facts.get(pn.inputs[0]) if pn.inputs else None
+            if (isinstance(first, TensorFact) and len(pn.outputs) == 1
+                    and self.owner.returns_written_self(pn.node)):
+                self.set(pn.outputs[0], TensorFact(first.dtype, first.shape))
             return
         facts = [self.facts.get(s) for s in pn.inputs]
         for out, fact in zip(pn.outputs, self.evaluate(pn, facts)):
@@ -215,6 +271,8 @@ class _Run:
             return []
         if kind == "prim::unchecked_cast":
             return facts[:1]
+        if kind in ("prim::ListConstruct", "prim::TupleConstruct"):
+            return [SeqFact(list if kind == "prim::ListConstruct" else tuple, tuple(facts))]
         if kind in ("aten::__getitem__", "prim::TupleIndex") and len(facts) == 2:
             seq, idx = facts
             if (isinstance(seq, SeqFact) and isinstance(idx, Const) and type(idx.value) is int
@@ -231,7 +289,29 @@ class _Run:
             return [self._metadata(pn, facts)]
         if facts and all(isinstance(f, Const) for f in facts) and _scalar_only(pn.node.schema):
             return [_call(pn, [f.value for f in facts], S.parse(pn.node.schema).returns[0].type)]
-        return []
+        return self._tensor_facts(pn, facts)
+
+    def _tensor_facts(self, pn: ProcessedNode, facts: list[Fact | None]) -> list[Fact | None]:
+        """Facts about what ``pn`` computes from tensors: the dtypes and shapes of the tensors
+        it returns, from a run on meta tensors; and, when every argument's value is known
+        and what it returns is small, its values, from a run on those."""
+        if S.parse(pn.node.schema).namespace not in _OWN_NAMESPACES:
+            return []  # a user's operator is user code: never run at preparation
+        tensor_out = any(isinstance(v.type, T.TensorType) or _is_tensor_list(v.type)
+                         for v in pn.node.outputs)
+        known = all(_has_value(f) for f in facts)
+        if not tensor_out and not (known and any(isinstance(f, ValueFact) for f in facts)):
+            return []
+        out: list[Fact | None] = []
+        if tensor_out and not S.tags(pn.node.schema) & S.DATA_DEPENDENT_TAGS:
+            out = _run_on(pn, facts, real=False, fact=_tensor_fact)
+        if known and all(f is None or _small(f) for f in out):
+            values = _run_on(pn, facts, real=True, fact=_value_fact)
+            if values:
+                return values
+        if any(f is not None for f in out):
+            self.computed.add(pn.node)
+        return out
 
     def _metadata(self, pn: ProcessedNode, facts: list[Fact | None]) -> Fact | None:
         t = facts[0]
@@ -250,6 +330,87 @@ class _Run:
                 return SeqFact(list, tuple(Const(v) for v in value))
             return None
         return Const(value) if type(value) in _CONST_TYPES else None
+
+
+_UNKNOWN = object()
+
+
+def _run_on(pn: ProcessedNode, facts: list[Fact | None], real: bool, fact) -> list[Fact | None]:
+    """``fact`` of each of ``pn``'s results when run on what ``facts`` say (real values, or
+    meta tensors); [] if it raises."""
+    args = [_fact_value(f, real) for f in facts]
+    if any(a is _UNKNOWN for a in args):
+        return []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            value = pn.fn(*args)
+    except Exception:  # noqa: BLE001  (needs data, or would raise: leave it to the call)
+        return []
+    values = [value] if len(pn.outputs) == 1 else list(value)
+    return [fact(x) for x in values]
+
+
+def _small(f: Fact) -> bool:
+    if isinstance(f, TensorFact):
+        return math.prod(f.shape) <= VALUE_FACT_NUMEL
+    if isinstance(f, SeqFact):
+        return all(e is None or _small(e) for e in f.elems)
+    return True
+
+
+def _has_value(f: Fact | None) -> bool:
+    if isinstance(f, SeqFact):
+        return all(_has_value(e) for e in f.elems)
+    return isinstance(f, (Const, ValueFact))
+
+
+def _fact_value(f: Fact | None, real: bool) -> Any:
+    """A value standing for what ``f`` says: the value itself where known and ``real``,
+    else a meta tensor for a tensor fact."""
+    if isinstance(f, Const):
+        return f.value
+    if isinstance(f, ValueFact) and real:
+        return f.value
+    if isinstance(f, TensorFact):
+        return torch.empty(f.shape, dtype=f.dtype, device="meta")
+    if isinstance(f, SeqFact):
+        elems = [_fact_value(e, real) for e in f.elems]
+        if any(e is _UNKNOWN for e in elems):
+            return _UNKNOWN
+        return f.type(elems)
+    return _UNKNOWN
+
+
+def _tensor_fact(x: Any, real: bool = False) -> Fact | None:
+    """The fact a meta run's result gives: tensors and lists of tensors only (with
+    ``real``, a small real tensor's value too)."""
+    if isinstance(x, torch.Tensor):
+        if real and x.numel() <= VALUE_FACT_NUMEL and x.layout is torch.strided:
+            return ValueFact(x.dtype, tuple(x.shape), x)
+        return TensorFact(x.dtype, tuple(x.shape))
+    if isinstance(x, (list, tuple)) and x and all(isinstance(e, torch.Tensor) for e in x):
+        return SeqFact(type(x), tuple(TensorFact(e.dtype, tuple(e.shape)) for e in x))
+    return None
+
+
+def _value_fact(x: Any) -> Fact | None:
+    """The fact a run on real values gives: the value (a small tensor's, a scalar's, a
+    list's of those)."""
+    if isinstance(x, torch.Tensor):
+        return _tensor_fact(x, real=not x.is_meta)
+    if type(x) in _CONST_TYPES:
+        return Const(x)
+    if isinstance(x, (list, tuple)):
+        elems = tuple(_value_fact(e) for e in x)
+        return SeqFact(type(x), elems) if all(e is not None for e in elems) else None
+    return None
+
+
+def _is_tensor_list(t: T.Type) -> bool:
+    if isinstance(t, T.ListType):
+        return isinstance(t.elem, T.TensorType)
+    return isinstance(t, T.TupleType) and any(isinstance(e, T.TensorType) for e in t.elems)
 
 
 def _keeps_metadata(node: Node, db: AliasDb) -> bool:
@@ -291,7 +452,7 @@ def _scalar_only(schema: str) -> bool:
     info = S.parse(schema)
     return (not info.is_vararg and len(info.returns) == 1
             and info.returns[0].type in _SCALAR_TYPES
-            and all(a.type in _SCALAR_TYPES for a in info.arguments))
+            and all(a.type in _SCALAR_TYPES or a.type == "number" for a in info.arguments))
 
 
 def _call(pn: ProcessedNode, args: list[Any], ret: str) -> Const | None:
@@ -306,9 +467,10 @@ def _call(pn: ProcessedNode, args: list[Any], ret: str) -> Const | None:
 class _Liveness:
     """Backward pass: which nodes still have to run once the known values are literals."""
 
-    def __init__(self, owner: Specializer, spec: Specialization):
+    def __init__(self, owner: Specializer, spec: Specialization, computed: set[Node]):
         self.owner = owner
         self.spec = spec
+        self.computed = computed
         self.needed: set[int] = set()
 
     def need(self, slots) -> None:
@@ -332,7 +494,8 @@ class _Liveness:
             k = self.spec.taken.get(pn.node)
             blocks = pn.blocks if k is None else (pn.blocks[k],)
             return any(self.must_run(inner) for b in blocks for inner in b.nodes)
-        return has_side_effects(pn.node) or bool(self.owner.db.writes(pn.node))
+        return (pn.node in self.computed or has_side_effects(pn.node)
+                or bool(self.owner.db.writes(pn.node)))
 
     def node(self, pn: ProcessedNode) -> bool:
         known = self.spec.known

@@ -248,3 +248,63 @@ def test_optional_tensor_input_switching_to_none(options):
         torch.testing.assert_close(mod(x, y), model(x, y))
     if options.specialize_signature:
         assert " is None" not in _run_lines(mod.code)
+
+
+def test_sizes_of_intermediates_are_folded():
+    """What a traced model records as ``size`` calls on intermediate tensors (a linear's
+    output reshaped into heads) folds: the shape of every tensor an operator computes from
+    the signature is known."""
+    w = torch.randn(16, 8)
+
+    def f(x: Tensor, w: Tensor) -> Tensor:
+        y = torch.relu(x @ w.t())
+        z = y.view(y.size(0), y.size(1), 4, -1).transpose(1, 2)
+        return z.reshape(z.size(0), -1) * float(y.size(1))
+
+    s = script(f)
+    for x in (torch.randn(2, 5, 8), torch.randn(3, 7, 8)):
+        check(s, [x, w])
+    mod = sr.StaticModule(s)
+    code = _run_lines(_code_for(mod, torch.randn(2, 5, 8), w))
+    assert ".size(" not in code and "_f_size" not in code
+    assert "[2, 5, 4, -1]" in code and "[2, -1]" in code
+
+
+def test_values_computed_from_sizes_fold_through_tensors():
+    """A size turned into a tensor and back (``torch.tensor(n)``-style arithmetic a tracer
+    records as ``NumToTensor`` → ``add`` → ``Int``) folds to its value; slicing a constant
+    buffer with it is computed per signature."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("buf", torch.arange(64).unsqueeze(0))
+
+        def forward(self, x: Tensor) -> Tensor:
+            n = torch.ops.prim.NumToTensor(x.size(1))
+            m = int(n + 1)
+            pos = self.buf[:, 1:m]
+            return x + pos.to(x.dtype)
+
+    s = torch.jit.script(M().eval())
+    for x in (torch.randn(2, 5), torch.randn(3, 9)):
+        check(s, [x])
+    mod = sr.StaticModule(s)
+    code = _run_lines(_code_for(mod, torch.randn(2, 5)))
+    assert "NumToTensor" not in code and "_f_Int" not in code
+
+
+def test_meta_shape_fact_keeps_a_view_that_raises_on_real_strides():
+    """Facts come from contiguous meta tensors: a ``view`` that the real (transposed) input
+    refuses is still run, and raises as the interpreter does, though its size folded."""
+
+    def f(x: Tensor) -> int:
+        return x.view(-1).size(0)
+
+    s = script(f)
+    mod = sr.StaticModule(s)
+    assert mod(torch.randn(3, 4)) == 12
+    bad = torch.randn(4, 3).t()
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        s(bad)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        mod(bad)
