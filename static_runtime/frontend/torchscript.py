@@ -26,39 +26,11 @@ import torch
 
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Argument, Block, Graph, Signature, Value
+from static_runtime.ir.values import ScriptObjectValue, UnrepresentableConstant
 
 
 class FrontendError(ValueError):
     """The model could not be imported."""
-
-
-class ScriptObjectValue:
-    """A TorchScript object as the runtime holds it: a module's mirrored state (made by the
-    importer) or an instance of a TorchScript class (made by ``prim::CreateObject``).
-
-    Its attributes live in a dict; methods were inlined into the graph, so the object needs
-    nothing else. ``type_name`` is the qualified name of its TorchScript class, as the IR's
-    ``ClassType`` spells it."""
-
-    __slots__ = ("attrs", "type_name")
-
-    def __init__(self, type_name: str, attrs: dict | None = None):
-        self.type_name = type_name
-        self.attrs: dict = {} if attrs is None else attrs
-
-    def __repr__(self) -> str:
-        return f"<{self.type_name} object {self.attrs}>"
-
-
-class UnrepresentableConstant:
-    """A constant the importer cannot hold as a Python value (e.g. a function reference
-    that inlining left unused). Running a node that reads it is refused at preparation."""
-
-    def __init__(self, type_str: str):
-        self.type_str = type_str
-
-    def __repr__(self) -> str:
-        return f"UnrepresentableConstant({self.type_str})"
 
 
 def import_torchscript(model: Any, *, freeze: bool = True) -> Graph:

@@ -1,7 +1,7 @@
 """Objects: module attributes that survive freezing, and TorchScript class instances.
 
-Both are ``ScriptObjectValue``s (defined with the importer, which mirrors a frozen module's
-state into them; re-exported here): ``prim::GetAttr``/``prim::SetAttr`` read and write their
+Both are ``ScriptObjectValue``s (``ir/values.py``; the importer mirrors a frozen module's
+state into them): ``prim::GetAttr``/``prim::SetAttr`` read and write their
 attribute dict. Other objects (TorchScript class instances kept as Python objects in
 constants, custom C++ classes) are read and written through their own interface.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from static_runtime.frontend.torchscript import ScriptObjectValue
+from static_runtime.ir.values import ScriptObjectValue
 from static_runtime.ir.graph import Node
 from static_runtime.ops.registry import register_native
 
