@@ -34,7 +34,7 @@ OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
         specialize_alpha=False, functionalize=False, eliminate_dead_code=False,
         inplace_activations=False, fuse_attention=False, fuse_convolution=False,
         fold_batchnorm=False, fuse_transformer_encoder=False, scalarize_loop_counters=False,
-        specialize_signature=False),
+        specialize_signature=False, hoist_views=False),
 }
 
 

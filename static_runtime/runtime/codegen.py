@@ -35,11 +35,12 @@ from typing import Any
 import torch
 
 from static_runtime.ir import types as T
-from static_runtime.ir.graph import Value
+from static_runtime.ir.graph import Node, Value
 from static_runtime.memory.cache import _sig, signature
 from static_runtime.ops import schema as S
 from static_runtime.ops.registry import Tier
 from static_runtime.runtime.futures import fork
+from static_runtime.runtime.hoist import Hoister, Hoisting, HoistRefused, check_hoisted
 from static_runtime.runtime.interpreter import (
     Interpreter,
     MemoryConfig,
@@ -139,8 +140,12 @@ def _literal(value: Any) -> str | None:
 class _Emitter:
     def __init__(self, plan: ExecutionPlan, arena: frozenset[int], title: str,
                  guard: tuple[bool, ...] | None, timed: frozenset[int] | None = None,
-                 spec: Specialization | None = None):
+                 spec: Specialization | None = None, hoisting: Hoisting | None = None):
         self.plan = plan
+        #: views of arena tensors taken once per layout (``runtime.hoist``)
+        self.hoisting = hoisting or Hoisting()
+        self.hoisted: set[Node] = {pn.node for pn in self.hoisting.nodes}
+        self.hoisted_names: list[str] = []
         #: what the input signature the guard checks determines (None: nothing assumed)
         self.spec = spec
         #: the profiler's variant: the top-level nodes (by index) with a clock reading before
@@ -153,7 +158,9 @@ class _Emitter:
         #: per input, whether it is a tensor (None: the code does not check the signature)
         self.guard = guard
         self.names = _Names()
-        self.names.used.update({"_refused", "_key", "_sig", "SignatureChanged", "_clock"})
+        self.names.used.update({"_refused", "_key", "_sig", "SignatureChanged", "_clock",
+                                "_hoist", "_dirty", "_at", "_hoisted", "_check_hoisted",
+                                "HoistRefused"})
         self.globals: dict[str, Any] = {}
         self.lines: list[str] = []
         self.line_nodes: dict[int, tuple[ProcessedNode, ...]] = {}
@@ -219,6 +226,8 @@ class _Emitter:
     def node(self, pn: ProcessedNode, indent: int) -> None:
         if self.spec is not None and pn.node in self.spec.dropped:
             return
+        if pn.node in self.hoisted or pn.node in self.hoisting.literal_lists:
+            return
         if pn.control is Control.IF:
             return self.if_node(pn, indent)
         if pn.control is Control.LOOP:
@@ -244,6 +253,13 @@ class _Emitter:
             self.emit(indent + 1, f"{target} = {m}")
             self.emit(indent, "except RuntimeError as e:")
             self.emit(indent + 1, f"{target} = _refused(e, {outs[0]}, {fn}, {args})", pn)
+            views = [h for h in self.hoisting.nodes if self.hoisting.root[h.node] == outs[0]]
+            if views:
+                # Views of the value that took the arena tensor's place, for this call; the
+                # next call through this code hands back to the general path.
+                for h in views:
+                    self.hoisted_call(h, indent + 1)
+                self.emit(indent + 1, "_dirty = True")
             return
         call = f"{fn}({args})"
         if len(outs) == 1:
@@ -253,6 +269,65 @@ class _Emitter:
         else:
             targets = [self.local(s) for s in outs]
             self.emit(indent, f"{', '.join(targets)}, = {call}", pn)
+
+    def hoisted_call(self, pn: ProcessedNode, indent: int) -> None:
+        """``pn``'s call, assigning the names its hoisted results have."""
+        targets = ", ".join(self.expr[s] for s in pn.outputs)
+        if pn.kind in ("prim::ListUnpack", "prim::TupleUnpack"):
+            self.emit(indent, f"{targets}, = {self.expr[pn.inputs[0]]}", pn)
+            return
+        fn = self.bind(pn.fn, f"f_{pn.kind.split('::')[-1]}")
+        call = f"{fn}({self.args(pn)})"
+        self.emit(indent, f"{targets}, = {call}" if len(pn.outputs) > 1 else
+                  f"{targets} = {call}", pn)
+
+    def hoist_prologue(self) -> list[str]:
+        """The factory's part: names for the hoisted views, ``_hoist()`` taking them of the
+        arena tensors (and naming the node whose call raised), the check that each is a
+        view of its arena tensor (``runtime.hoist.check_hoisted``)."""
+        hoisting = self.hoisting
+        for pn in self.plan.block.nodes:
+            if pn.node in hoisting.literal_lists:
+                args = self.args(pn)
+                self.expr[pn.outputs[0]] = (f"[{args}]" if pn.kind == "prim::ListConstruct"
+                                            else f"({args},)" if args else "()")
+        # Inside the factory an arena slot is the arena tensor itself.
+        saved = {s: self.expr.get(s) for s in self.arena_names}
+        self.expr.update(self.arena_names)
+        for pn in hoisting.nodes:
+            for s in pn.outputs:
+                self.expr[s] = self.names.fresh(f"h_{self.value_of[s].name}")
+                self.hoisted_names.append(self.expr[s])
+        names = ", ".join(self.hoisted_names)
+        self.globals["_hoisted"] = tuple(pn.node for pn in hoisting.nodes)
+        self.globals["_check_hoisted"] = check_hoisted
+        self.globals["HoistRefused"] = HoistRefused
+        lines = [f"    {names} = {', '.join(['None'] * len(self.hoisted_names))}",
+                 "    _dirty = False",
+                 "    def _hoist():",
+                 f"        nonlocal {names}",
+                 "        _at = 0",
+                 "        try:"]
+        body_start = len(self.lines)
+        for k, pn in enumerate(hoisting.nodes):
+            self.emit(3, f"_at = {k}")
+            self.hoisted_call(pn, 3)
+        body = self.lines[body_start:]
+        del self.lines[body_start:]
+        lines += body
+        lines += ["        except Exception as e:",
+                  "            raise HoistRefused(_hoisted[_at]) from e",
+                  "    _hoist()"]
+        pairs = ", ".join(
+            f"(({', '.join(self.expr[s] for s in pn.outputs)},), "
+            f"{self.arena_names[hoisting.root[pn.node]]})" for pn in hoisting.nodes)
+        lines.append(f"    _check_hoisted(_hoisted, ({pairs},))")
+        for s, e in saved.items():
+            if e is None:
+                self.expr.pop(s, None)
+            else:
+                self.expr[s] = e
+        return lines
 
     def inline(self, pn: ProcessedNode, indent: int, args: str) -> None:
         kind, outs = pn.kind, pn.outputs
@@ -380,6 +455,9 @@ class _Emitter:
         specialised = [] if spec is None else [(
             f"# Specialised on its input signature: {len(spec.known)} values folded, "
             f"{len(spec.taken)} branches decided, {len(spec.dropped)} nodes left out.")]
+        if self.hoisting:
+            specialised.append(f"# {len(self.hoisting.nodes)} views of arena tensors taken once "
+                               "per layout (_hoist), not per call.")
         header = [
             f"# Generated by static_runtime for {self.title}.",
             *specialised,
@@ -402,9 +480,21 @@ class _Emitter:
                 else:
                     header.append(f"    _key{i} = _key[{i}]")
                     checks.append(f"_sig({param}) != _key{i}")
+        self.lines = []
+        if self.hoisting:
+            header += self.hoist_prologue()
+            self.line_nodes.clear()  # the factory's lines are not the run's
         header.append(f"    def run({', '.join(params)}):")
+        if self.hoisting:
+            header.append(f"        nonlocal {', '.join(self.hoisted_names)}, _dirty")
         if checks:
             header.append(f"        if {' or '.join(checks)}:")
+            header.append("            raise SignatureChanged")
+        if self.hoisting:
+            # A refused arena write left views of another tensor (and PyTorch may have
+            # changed the arena tensor's sizes before refusing): hand back to the general
+            # path, which binds fresh code.
+            header.append("        if _dirty:")
             header.append("            raise SignatureChanged")
         self.lines = []
         if self.timed is not None:
@@ -452,7 +542,8 @@ class SignatureChanged(Exception):
 
 def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str,
              guard: tuple[bool, ...] | None = None, timed: frozenset[int] | None = None,
-             spec: Specialization | None = None) -> GeneratedCode:
+             spec: Specialization | None = None, hoisting: Hoisting | None = None
+             ) -> GeneratedCode:
     """Generate, compile and return the code for ``plan`` with ``arena_slots`` in the arena;
     with ``guard`` (per input: is it a tensor), the code checks the input signature first.
     ``timed`` (indices of top-level nodes): the function returns ``(outputs, stamps)``,
@@ -460,10 +551,12 @@ def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str,
     in order (one reading between two timed neighbours: after the first is before the
     second), then one before the return (``stamp_layout`` tells which is which).
     ``spec`` (only with ``guard``: the code may assume only the signature it checks): the
-    values, branches and dead nodes that signature decides (``runtime.specialize``)."""
+    values, branches and dead nodes that signature decides (``runtime.specialize``).
+    ``hoisting``: the views of arena tensors the factory takes once (``runtime.hoist``); the
+    factory raises ``HoistRefused`` if one is not a view."""
     if guard is None:
         spec = None
-    emitter = _Emitter(plan, arena_slots, title, guard, timed, spec)
+    emitter = _Emitter(plan, arena_slots, title, guard, timed, spec, hoisting)
     source = emitter.function()
     filename = f"<static_runtime generated {next(_counter)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -479,7 +572,7 @@ class CodeCache:
     ``maxsize`` entries is dropped (runtimes keep the functions they hold)."""
 
     def __init__(self, plan: ExecutionPlan, title: str, *, specialize: bool = False,
-                 maxsize: int | None = None):
+                 hoist: bool = False, maxsize: int | None = None):
         import threading
 
         self.plan = plan
@@ -487,6 +580,10 @@ class CodeCache:
         self.maxsize = maxsize
         #: specialises code on the input signature its guard checks (None: off)
         self.specializer = Specializer(plan) if specialize else None
+        #: takes views of arena tensors once per layout (None: off)
+        self.hoister = Hoister(plan) if hoist else None
+        #: nodes a factory found not to give views of their arena tensor (``HoistRefused``)
+        self.not_views: frozenset[Node] = frozenset()
         self._items: OrderedDict[tuple, GeneratedCode] = OrderedDict()
         self._specs: OrderedDict[tuple, Specialization] = OrderedDict()
         self._lock = threading.Lock()
@@ -506,15 +603,28 @@ class CodeCache:
                 self._specs.popitem(last=False)
         return spec
 
+    def hoisting_for(self, arena_slots: frozenset[int], spec: Specialization | None
+                     ) -> Hoisting | None:
+        if self.hoister is None or not arena_slots:
+            return None
+        return self.hoister.plan_for(arena_slots, spec, self.not_views)
+
+    def refuse(self, node: Node) -> None:
+        """Never hoist ``node`` again (its result was not a view of its arena tensor)."""
+        with self._lock:
+            self.not_views = self.not_views | {node}
+
     def get(self, arena_slots: frozenset[int], layout_id: int | None,
             guard: tuple[bool, ...] | None = None, key: tuple | None = None) -> GeneratedCode:
         specialized = self.specializer is not None and guard is not None and key is not None
-        cache_key = (layout_id, arena_slots, guard, key if specialized else None)
+        not_views = self.not_views
+        cache_key = (layout_id, arena_slots, guard, key if specialized else None, not_views)
         spec = self.spec_for(guard, key)
         with self._lock:
             code = self._items.get(cache_key)
             if code is None:
-                code = generate(self.plan, arena_slots, self.title, guard, spec=spec)
+                code = generate(self.plan, arena_slots, self.title, guard, spec=spec,
+                                hoisting=self.hoisting_for(arena_slots, spec))
                 self._items[cache_key] = code
             self._items.move_to_end(cache_key)
             while self.maxsize is not None and len(self._items) > self.maxsize:
@@ -600,11 +710,30 @@ class CodegenExecutor(Interpreter):
         executor of the profiler's own."""
         self._fast or self._bind()
         guard = self._guard()
-        code = generate(self.plan, self._arena_slots(), self.codes.title, guard, timed=timed,
-                        spec=self.codes.spec_for(guard, self._key))
-        self._code = code
-        fn = code.factory(*[self.values[s] for s in code.arena_slots], self._refused, self._key)
+        arena = self._arena_slots()
+        spec = self.codes.spec_for(guard, self._key)
+
+        def make() -> GeneratedCode:
+            return generate(self.plan, arena, self.codes.title, guard, timed=timed, spec=spec,
+                            hoisting=self.codes.hoisting_for(arena, spec))
+
+        code, fn = self._instantiate(make)
         return fn, not self._direct
+
+    def _instantiate(self, make: Callable[[], GeneratedCode]
+                     ) -> tuple[GeneratedCode, Callable[..., list[Any]]]:
+        """``make()``'s code bound to this runtime's arena tensors; generated again without
+        a hoisted node whose result turned out not to be a view (``HoistRefused``)."""
+        while True:
+            code = make()
+            try:
+                fn = code.factory(*[self.values[s] for s in code.arena_slots], self._refused,
+                                  self._key)
+            except HoistRefused as e:
+                self.codes.refuse(e.node)
+                continue
+            self._code = code
+            return code, fn
 
     def _guard(self) -> tuple[bool, ...] | None:
         # Check the signature inside the generated code when memory is planned per
@@ -632,10 +761,8 @@ class CodegenExecutor(Interpreter):
         layout_id = id(self.layout) if self.layout is not None else None
         guard = self._guard()
         guarded = guard is not None
-        code = self.codes.get(arena, layout_id, guard, self._key)
-        self._code = code
-        self._fast = code.factory(*[values[s] for s in code.arena_slots], self._refused,
-                                  self._key)
+        _, self._fast = self._instantiate(
+            lambda: self.codes.get(arena, layout_id, guard, self._key))
         # ``_direct``: the fast path may skip ``prepare`` (nothing to check outside the code).
         self._direct = guarded or not (self.memory is not None and self._managed)
         self._plain_outputs = not self.plan.copied_outputs and not (

@@ -101,6 +101,7 @@ class StaticModule:
         self.layouts = LayoutCache(self.options.plan_cache_size)
         self._codes = CodeCache(self.plan, _describe_model(model),
                                 specialize=self.options.specialize_signature,
+                                hoist=self.options.hoist_views,
                                 maxsize=self.options.plan_cache_size)
         self._memory = MemoryConfig(self.lifetimes, self.layouts, self.options.memory_planner,
                                     self.options.verify_memory_plans) if manage else None

@@ -71,6 +71,10 @@ class StaticModuleOptions:
     #: list lengths, int values): folds the metadata and branches they decide and leaves out
     #: the nodes that were only there for them. Does nothing with ``executor="interpreter"``.
     specialize_signature: bool = True
+    #: Generated code takes views of arena tensors (``view``, ``transpose``, ``select``...
+    #: with arguments fixed for the layout) once per memory layout instead of once per call
+    #: (``runtime/hoist.py``). Does nothing with ``executor="interpreter"``.
+    hoist_views: bool = True
 
     def __post_init__(self) -> None:
         for f in fields(self):

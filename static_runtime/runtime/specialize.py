@@ -171,7 +171,7 @@ class Specializer:
         """Whether every tensor ``node`` may write keeps its dtype and shape."""
         ok = self._keeps.get(node)
         if ok is None:
-            ok = _keeps_metadata(node, self.db)
+            ok = keeps_metadata(node, self.db)
             self._keeps[node] = ok
         return ok
 
@@ -413,7 +413,7 @@ def _is_tensor_list(t: T.Type) -> bool:
     return isinstance(t, T.TupleType) and any(isinstance(e, T.TensorType) for e in t.elems)
 
 
-def _keeps_metadata(node: Node, db: AliasDb) -> bool:
+def keeps_metadata(node: Node, db: AliasDb) -> bool:
     written = [w for w in db.writes(node) if TENSOR in shallow_families(w.type)]
     if not written:
         return True
