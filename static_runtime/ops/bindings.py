@@ -56,7 +56,7 @@ from static_runtime.ir.graph import Node
 from static_runtime.ops import python_signatures as P
 from static_runtime.ops import schema as S
 from static_runtime.ops.python_signatures import Kind, Kinds
-from static_runtime.ops.registry import labelled
+from static_runtime.ops.registry import Const, InlineCall, forwards, labelled
 
 #: The modules holding each namespace's bindings, and how labels spell them.
 _MODULES: dict[str, tuple[Any, str]] = {
@@ -437,4 +437,10 @@ def _generate(binding: Callable[..., Any], spelling: str, n_inputs: int, positio
         fname += "_"
     src = f"def {fname}({', '.join(params)}):\n    return {call}\n"
     exec(compile(src, f"<static_runtime binding: {spelling}>", "exec"), namespace)  # noqa: S102
-    return namespace[fname]
+
+    def item(a: Arg) -> int | Const:
+        return Const(a.constant) if a.converted else a.index
+
+    return forwards(InlineCall(binding, tuple(item(a) for a in positional),
+                               tuple((k, item(a)) for k, a in keywords.items()),
+                               "out" if out else None, returns == "list"))(namespace[fname])

@@ -38,7 +38,8 @@ from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node, Value
 from static_runtime.memory.cache import _sig, signature
 from static_runtime.ops import schema as S
-from static_runtime.ops.registry import Tier
+from static_runtime.ops.registry import Const as InlineConst
+from static_runtime.ops.registry import Tier, inline_call
 from static_runtime.runtime.futures import fork
 from static_runtime.runtime.hoist import Hoister, Hoisting, HoistRefused, check_hoisted
 from static_runtime.runtime.interpreter import (
@@ -242,14 +243,13 @@ class _Emitter:
         if expr is not None:
             self.emit(indent, f"{self.local(pn.outputs[0])} = {expr}", pn)
             return
-        fn = self.bind(pn.fn, f"f_{kind.split('::')[-1]}")
         outs = pn.outputs
         if pn.managed and outs[0] in self.arena:
-            out_fn = self.bind(pn.out_fn, f"o_{kind.split('::')[-1]}")
+            fn = self.bind(pn.fn, f"f_{kind.split('::')[-1]}")
             m = self.arena_names[outs[0]]
             target = self.local(outs[0])
             self.emit(indent, "try:")
-            self.emit(indent + 1, f"{out_fn}({m}, {args})" if args else f"{out_fn}({m})", pn)
+            self.emit(indent + 1, self.call(pn, pn.out_fn, "o", m), pn)
             self.emit(indent + 1, f"{target} = {m}")
             self.emit(indent, "except RuntimeError as e:")
             self.emit(indent + 1, f"{target} = _refused(e, {outs[0]}, {fn}, {args})", pn)
@@ -261,7 +261,7 @@ class _Emitter:
                     self.hoisted_call(h, indent + 1)
                 self.emit(indent + 1, "_dirty = True")
             return
-        call = f"{fn}({args})"
+        call = self.call(pn, pn.fn, "f", None)
         if len(outs) == 1:
             self.emit(indent, f"{self.local(outs[0])} = {call}", pn)
         elif not outs:
@@ -270,14 +270,36 @@ class _Emitter:
             targets = [self.local(s) for s in outs]
             self.emit(indent, f"{', '.join(targets)}, = {call}", pn)
 
+    def call(self, pn: ProcessedNode, fn: Callable[..., Any], prefix: str, out: str | None
+             ) -> str:
+        """The call of ``fn`` (``out`` first for an out variant), or of the binding it only
+        forwards to (``registry.InlineCall``: one Python frame less per node)."""
+        hint = f"{prefix}_{pn.kind.split('::')[-1]}"
+        how = inline_call(fn)
+        if how is None or (out is None) != (how.out is None):
+            name = self.bind(fn, hint)
+            args = ", ".join(([out] if out is not None else []) + [self.expr[s] for s in pn.inputs])
+            return f"{name}({args})"
+
+        def spell(item: int | InlineConst) -> str:
+            if isinstance(item, InlineConst):
+                lit = _literal(item.value)
+                return lit if lit is not None else self.bind(item.value, "c")
+            return self.expr[pn.inputs[item]]
+
+        parts = [spell(a) for a in how.args] + [f"{k}={spell(a)}" for k, a in how.kwargs]
+        if how.out is not None:
+            parts.append(f"{how.out}={out}")
+        text = f"{self.bind(how.target, hint)}({', '.join(parts)})"
+        return f"list({text})" if how.as_list else text
+
     def hoisted_call(self, pn: ProcessedNode, indent: int) -> None:
         """``pn``'s call, assigning the names its hoisted results have."""
         targets = ", ".join(self.expr[s] for s in pn.outputs)
         if pn.kind in ("prim::ListUnpack", "prim::TupleUnpack"):
             self.emit(indent, f"{targets}, = {self.expr[pn.inputs[0]]}", pn)
             return
-        fn = self.bind(pn.fn, f"f_{pn.kind.split('::')[-1]}")
-        call = f"{fn}({self.args(pn)})"
+        call = self.call(pn, pn.fn, "f", None)
         self.emit(indent, f"{targets}, = {call}" if len(pn.outputs) > 1 else
                   f"{targets} = {call}", pn)
 

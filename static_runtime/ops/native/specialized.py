@@ -15,7 +15,13 @@ from __future__ import annotations
 import torch
 
 from static_runtime.ir.graph import Node
-from static_runtime.ops.registry import labelled, register_native, register_out_variant
+from static_runtime.ops.registry import (
+    InlineCall,
+    forwards,
+    labelled,
+    register_native,
+    register_out_variant,
+)
 
 #: Overload → schema of each specialised kind (schemas are what alias analysis reads).
 SPECIALIZED_SCHEMAS = {
@@ -54,6 +60,7 @@ def _pair(op):
     def fn(a, b):
         return op(a, b)
 
+    @forwards(InlineCall(op, (0, 1), out="out"))
     @labelled(f"torch.{name}(out=) (alpha=1 specialised)")
     def out_fn(out, a, b):
         return op(a, b, out=out)
