@@ -108,7 +108,9 @@ class Hoister:
         known = set(self.plan.constants) | (set(spec.known) if spec is not None else set())
         dropped = spec.dropped if spec is not None else set()
         outputs = set(self.plan.block.outputs)
-        root: dict[int, int] = {s: s for s in arena if self._metadata_stable(s)}
+        # (an arena value the signature fixes is a constant of the code: its node never runs)
+        root: dict[int, int] = {s: s for s in arena
+                                if s not in known and self._metadata_stable(s)}
         nodes: list[ProcessedNode] = []
         by_node: dict[Node, int] = {}
         for pn in self.plan.block.nodes:

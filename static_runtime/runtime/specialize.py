@@ -24,9 +24,11 @@ Soundness rules:
   tensor got its fact this way always runs (its call may still raise on the real
   strides, ``view`` of a transposed tensor). Only PyTorch's operators (``aten``, ``prim``)
   and ours are run: a user's operator is user code, never run at preparation;
-* the values of small tensors (``VALUE_FACT_NUMEL``) computed from constants and known
+* the values of small tensors (``VALUE_FACT_BYTES``) computed from constants and known
   values only are facts too (``ValueFact``: ``prim::NumToTensor`` of a size, a slice of a
-  constant buffer), so what is read from them folds (``aten::Int``, a size);
+  constant buffer), so what is read from them folds (``aten::Int``, a size); such a tensor
+  itself becomes a constant of the code (computed once per signature) when nothing writes
+  it and the caller never gets it;
 * a list fact holds only for a value no node may change as a list (the alias analysis'
   ``writers(..., same_object=True)``: ``append``, ``pop``, ``__setitem__`` ...); a tensor
   fact only for a value no node may write except through an in-place operator that keeps
@@ -81,8 +83,9 @@ class ValueFact(TensorFact):
     value: torch.Tensor = field(compare=False, repr=False)
 
 
-#: The most elements a tensor may have to be computed at specialisation (``ValueFact``).
-VALUE_FACT_NUMEL = 4096
+#: The most bytes a tensor computed at specialisation may have (``ValueFact``); a graph
+#: constant's value is a fact whatever its size (it is held anyway).
+VALUE_FACT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,6 @@ class Specialization:
     taken: dict[Node, int] = field(default_factory=dict)
     #: nodes whose results nobody needs once the above is folded (not emitted)
     dropped: set[Node] = field(default_factory=set)
-    #: slot → the dtype and shape of the tensor it holds on every call with this signature
-    tensors: dict[int, TensorFact] = field(default_factory=dict)
 
 
 def key_fact(k: Any) -> Fact | None:
@@ -175,6 +176,12 @@ class Specializer:
             self._keeps[node] = ok
         return ok
 
+    def _shareable(self, slot: int) -> bool:
+        """Whether one tensor may stand for the value in ``slot`` on every call: nothing
+        writes it, and the caller never gets it (or anything holding it)."""
+        v = self._value_of[slot]
+        return not self.db.may_alias_graph_output(v) and not self.db.writers(v)
+
     def returns_written_self(self, node: Node) -> bool:
         """Whether ``node`` is an in-place operator keeping metadata that returns ``self``
         (``aten::relu_(Tensor(a!) self) -> Tensor(a!)``)."""
@@ -194,8 +201,11 @@ class Specializer:
         for slot, const in plan.constants.items():
             if type(const) in _CONST_TYPES:
                 run.facts[slot] = Const(const)
-            elif not (isinstance(const, torch.Tensor) and const.is_meta):
-                run.set(slot, _value_fact(const))  # tensors, lists and tuples
+            elif isinstance(const, torch.Tensor) and const.layout is torch.strided:
+                if not const.is_meta:
+                    run.set(slot, ValueFact(const.dtype, tuple(const.shape), const))
+            else:
+                run.set(slot, _value_fact(const))  # lists and tuples
         for slot, k in zip(plan.block.inputs, key):
             fact = key_fact(k)
             if fact is not None and self.stable(slot, fact):
@@ -204,7 +214,9 @@ class Specializer:
         spec = Specialization(taken=run.taken)
         spec.known = {s: f.value for s, f in run.facts.items()
                       if isinstance(f, Const) and s in run.folded}
-        spec.tensors = {s: f for s, f in run.facts.items() if isinstance(f, TensorFact)}
+        for s, f in run.facts.items():
+            if isinstance(f, ValueFact) and s not in plan.constants and self._shareable(s):
+                spec.known[s] = f.value
         _Liveness(self, spec, run.computed).top(plan.block)
         return spec
 
@@ -353,7 +365,7 @@ def _run_on(pn: ProcessedNode, facts: list[Fact | None], real: bool, fact) -> li
 
 def _small(f: Fact) -> bool:
     if isinstance(f, TensorFact):
-        return math.prod(f.shape) <= VALUE_FACT_NUMEL
+        return math.prod(f.shape) * f.dtype.itemsize <= VALUE_FACT_BYTES
     if isinstance(f, SeqFact):
         return all(e is None or _small(e) for e in f.elems)
     return True
@@ -386,7 +398,8 @@ def _tensor_fact(x: Any, real: bool = False) -> Fact | None:
     """The fact a meta run's result gives: tensors and lists of tensors only (with
     ``real``, a small real tensor's value too)."""
     if isinstance(x, torch.Tensor):
-        if real and x.numel() <= VALUE_FACT_NUMEL and x.layout is torch.strided:
+        if (real and x.numel() * x.element_size() <= VALUE_FACT_BYTES
+                and x.layout is torch.strided):
             return ValueFact(x.dtype, tuple(x.shape), x)
         return TensorFact(x.dtype, tuple(x.shape))
     if isinstance(x, (list, tuple)) and x and all(isinstance(e, torch.Tensor) for e in x):

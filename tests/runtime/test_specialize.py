@@ -308,3 +308,55 @@ def test_meta_shape_fact_keeps_a_view_that_raises_on_real_strides():
         s(bad)
     with pytest.raises(RuntimeError, match="view size is not compatible"):
         mod(bad)
+
+
+def test_tensors_the_signature_fixes_become_constants_of_the_code():
+    """A position-embedding lookup of positions sliced from a buffer by the input's length
+    (a traced transformer's embeddings) depends only on the signature: computed once per
+    signature, not per call; a different length gets its own."""
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("positions", torch.arange(16).unsqueeze(0))
+            self.emb = torch.nn.Embedding(16, 4)
+
+        def forward(self, x: Tensor) -> Tensor:
+            pos = self.positions[:, : x.size(1)]
+            return x + self.emb(pos)
+
+    s = torch.jit.script(M().eval())
+    for x in (torch.randn(2, 5, 4), torch.randn(3, 9, 4)):
+        check(s, [x])
+    mod = sr.StaticModule(s)
+    code = _run_lines(_code_for(mod, torch.randn(2, 5, 4)))
+    assert "embedding" not in code and "_k_" in code
+
+
+def test_signature_fixed_tensors_that_are_written_or_returned_stay_per_call():
+    """The constant would be shared by every call: not when a node writes it, nor when the
+    caller gets it."""
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("positions", torch.arange(16.0))
+
+        def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
+            p = self.positions[: x.size(0)] * 2.0
+            q = self.positions[: x.size(0)] + 1.0
+            q.mul_(x)
+            return p, q
+
+    s = torch.jit.script(M().eval())
+    for x in (torch.randn(5), torch.randn(7)):
+        check(s, [x])
+    mod = sr.StaticModule(s)
+    x = torch.randn(5)
+    p1, _ = mod(x)
+    with torch.inference_mode():
+        p1.add_(100.0)  # the caller owns what it got
+    p2, q2 = mod(x)
+    assert p1 is not p2
+    torch.testing.assert_close(p2, torch.arange(5.0) * 2.0)
+    torch.testing.assert_close(q2, (torch.arange(5.0) + 1.0) * x)
