@@ -101,6 +101,9 @@ class Arg:
     kinds: Kinds
     constant: Any = _ABSENT     # the (converted) constant value, if it is one
     converted: bool = False         # the constant was converted (dtype from int...)
+    #: a ``ScalarType``/``Layout``/``MemoryFormat`` input that is not a constant: TorchScript
+    #: passes it as an int, which the call converts (``Kind.DTYPE``...; None passes through)
+    enum: Kind | None = None
 
     @property
     def is_constant(self) -> bool:
@@ -188,7 +191,13 @@ def _arguments(node: Node, info: S.SchemaInfo) -> tuple[list[Arg] | None, str]:
         enum_kind = _ENUM_TYPES.get(a.real_type.removeprefix("Optional[").removesuffix("]"))
         if enum_kind is not None:
             if value is _ABSENT:
-                return None, f"{a.real_type} argument '{a.name}' is not a constant"
+                if not _enum_table(enum_kind) or not _int_enum(v.type):
+                    return None, f"{a.real_type} argument '{a.name}' is not a constant"
+                kinds = frozenset({enum_kind})
+                if isinstance(v.type, T.OptionalType):
+                    kinds |= {Kind.NONE}
+                args.append(Arg(i, a.name, kinds, enum=enum_kind))
+                continue
             converted = _enum_value(enum_kind, value)
             if converted is _ABSENT:
                 return None, f"constant {a.name}={value!r} has no Python equivalent"
@@ -199,6 +208,13 @@ def _arguments(node: Node, info: S.SchemaInfo) -> tuple[list[Arg] | None, str]:
         else:
             args.append(Arg(i, a.name, _narrow(_kinds_of_type(a.real_type), v.type)))
     return args, ""
+
+
+def _int_enum(t: T.Type) -> bool:
+    """Whether a value of IR type ``t`` is TorchScript's int spelling of an enum (or None)."""
+    if isinstance(t, T.OptionalType):
+        t = t.elem
+    return t in (T.Int, T.ScalarTypeT, T.Layout, T.MemoryFormat)
 
 
 def _kinds_of_type(t: str) -> Kinds:
@@ -283,6 +299,15 @@ def _enum_table(kind: Kind) -> dict[int, Any]:
         if isinstance(code, int) and table.setdefault(code, obj) != obj:
             return {}  # two objects for one int: trust nothing
     return table
+
+
+@functools.cache
+def _enum_list(kind: Kind) -> tuple[Any, ...]:
+    """``_enum_table(kind)`` as a tuple indexed by the int. An int without an object stays
+    an int, which the binding refuses with a TypeError (a negative or too large one raises
+    IndexError), as TorchScript refuses an unknown ScalarType."""
+    table = _enum_table(kind)
+    return tuple(table.get(i, i) for i in range(max(table, default=-1) + 1))
 
 
 def _torchscript_int(attr: str) -> int | None:
@@ -396,7 +421,8 @@ def _make(binding: Callable[..., Any], spelling: str, n_inputs: int, receiver: A
           positional: list[Arg], keywords: dict[str, Arg], out: bool,
           returns: str) -> Callable[..., Any]:
     order = ([receiver] if receiver is not None else []) + positional
-    if (not out and not keywords and not returns and not any(a.converted for a in order)
+    if (not out and not keywords and not returns
+            and not any(a.converted or a.enum is not None for a in order)
             and [a.index for a in order] == list(range(n_inputs))):
         # The node's inputs are the binding's arguments as they are: no wrapper.
         return labelled(spelling)(binding)
@@ -423,6 +449,13 @@ def _generate(binding: Callable[..., Any], spelling: str, n_inputs: int, positio
         if a.converted:
             namespace[f"c{a.index}"] = a.constant
             return f"c{a.index}"
+        if a.enum is not None:
+            # TorchScript's int for a dtype/layout/memory format → the object (None stays)
+            table = namespace.setdefault(f"t_{a.enum.name}", _enum_list(a.enum))
+            name = f"t_{a.enum.name}"
+            if Kind.NONE in a.kinds:
+                return f"(None if a{a.index} is None else {name}[a{a.index}])"
+            return f"{name}[a{a.index}]"
         return f"a{a.index}"
 
     params = (["out"] if out else []) + [f"a{i}" for i in range(n_inputs)]

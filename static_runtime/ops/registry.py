@@ -104,7 +104,8 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     through ``torch.ops``."""
     # Importing the implementation modules registers them.
     from static_runtime.ops import fallback, out_variants, selection  # noqa: F401
-    from static_runtime.ops.native import containers, fused, objects, prim, scalars, specialized  # noqa: F401
+    from static_runtime.ops.native import (  # noqa: F401
+        containers, fused, objects, prim, scalars, specialized, tensors)
 
     if node.kind in CONTROL_FLOW:
         return OpImpl(Tier.NATIVE, None, None, "control flow")

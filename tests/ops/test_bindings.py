@@ -131,11 +131,17 @@ def test_the_option_off_keeps_torch_ops():
         assert select(node, fast_bindings=False).label.startswith(f"torch.ops.{kind[:4]}")
 
 
-def test_non_constant_dtype_keeps_torch_ops():
+def test_non_constant_dtype_is_converted_per_call():
+    # TorchScript passes a dtype that is not a constant as its int (``prim::dtype``): the
+    # binding's wrapper turns it into the torch.dtype the binding takes.
     _, node = node_of(SUM_DTYPE_OF, "aten::sum")
     impl = select(node)
-    assert impl.label.startswith("torch.ops.aten.sum.dim_IntList")
-    assert "'dtype' is not a constant" in impl.label
+    assert impl.label == "torch.sum(self, [1], dtype=dtype)"
+    x = torch.randn(3, 4)
+    code = torch.ops.prim.dtype(torch.zeros(1, dtype=torch.float64))
+    assert impl.fn(x, [1], False, code).dtype is torch.float64
+    with pytest.raises((TypeError, IndexError)):
+        impl.fn(x, [1], False, 10_000)
     fn = ts("x, y", "torch.sum(x, [1], dtype=y.dtype)")
     check(fn, [torch.randn(3, 4), torch.zeros(1, dtype=torch.float64)],
           [torch.randn(2, 5), torch.zeros(1, dtype=torch.float16)], atol=1e-3, rtol=1e-3)
