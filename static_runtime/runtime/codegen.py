@@ -174,6 +174,9 @@ class _Emitter:
                 self.expr[slot] = lit if lit is not None else self.bind(
                     value, f"k_{value_of[slot].name}")
         self.arena_names = {s: self.names.fresh(f"m_{value_of[s].name}") for s in sorted(arena)}
+        #: list slots built by a ``prim::ListConstruct`` that only spreading calls read: the
+        #: list is never built, each call takes its elements (``OpImpl.spread``)
+        self.absorbed: dict[int, tuple[int, ...]] = _absorbed_lists(plan, spec)
 
     # -- helpers
     def bind(self, obj: Any, hint: str) -> str:
@@ -199,7 +202,7 @@ class _Emitter:
 
     # -- blocks
     def block(self, block: ProcessedBlock, indent: int, top: bool = False) -> None:
-        last_use = _last_uses(block) if top else {}
+        last_use = _last_uses(block, self.inputs_of) if top else {}
         timed = self.timed if top and self.timed is not None else frozenset()
         for k, pn in enumerate(block.nodes):
             if k in timed and k - 1 not in timed:
@@ -226,6 +229,15 @@ class _Emitter:
         if pn.control is Control.FORK:
             return self.fork_node(pn, indent)
         kind = pn.kind
+        spread = pn.impl.spread
+        if spread is not None and pn.inputs[spread.index] in self.absorbed:
+            # (a spread form is only chosen for unmanaged single-output calls)
+            fn = self.bind(spread.fn, f"f_{kind.split('::')[-1]}")
+            ins = [self.expr[s] for s in self.inputs_of(pn)][:spread.takes]
+            self.emit(indent, f"{self.local(pn.outputs[0])} = {fn}({', '.join(ins)})", pn)
+            return
+        if kind == "prim::ListConstruct" and pn.outputs[0] in self.absorbed:
+            return  # its readers take the elements
         args = self.args(pn)
         if kind in _INLINE:
             return self.inline(pn, indent, args)
@@ -253,6 +265,17 @@ class _Emitter:
         else:
             targets = [self.local(s) for s in outs]
             self.emit(indent, f"{', '.join(targets)}, = {call}", pn)
+
+    def inputs_of(self, pn: ProcessedNode) -> list[int]:
+        """The slots the code for ``pn`` reads: its inputs, with an absorbed list replaced by
+        its elements, and none for the ``ListConstruct`` of an absorbed list."""
+        if pn.kind == "prim::ListConstruct" and pn.outputs[0] in self.absorbed:
+            return []
+        spread = pn.impl.spread
+        if spread is None or pn.inputs[spread.index] not in self.absorbed:
+            return list(pn.inputs)
+        i = spread.index
+        return [*pn.inputs[:i], *self.absorbed[pn.inputs[i]], *pn.inputs[i + 1:]]
 
     def inline(self, pn: ProcessedNode, indent: int, args: str) -> None:
         kind, outs = pn.kind, pn.outputs
@@ -422,13 +445,15 @@ class _Emitter:
         return "\n".join(header + self.lines) + "\n"
 
 
-def _last_uses(block: ProcessedBlock) -> dict[int, int]:
+def _last_uses(block: ProcessedBlock,
+               inputs_of: Callable[[ProcessedNode], list[int]]) -> dict[int, int]:
     """For each slot read in ``block`` (or in blocks nested in it), the index of the last
-    top-level node that reads it; graph outputs are never released."""
+    top-level node that reads it (``inputs_of``: what a node's code reads); graph outputs are
+    never released."""
     last: dict[int, int] = {}
 
     def reads(pn: ProcessedNode) -> set[int]:
-        out = set(pn.inputs)
+        out = set(inputs_of(pn))
         for b in pn.blocks:
             for inner in b.nodes:
                 out |= reads(inner)
@@ -443,6 +468,41 @@ def _last_uses(block: ProcessedBlock) -> dict[int, int]:
     for s in block.outputs:
         last.pop(s, None)
     return last
+
+
+def _absorbed_lists(plan: ExecutionPlan, spec: Specialization | None
+                    ) -> dict[int, tuple[int, ...]]:
+    """List slot → its elements' slots, for each list a ``prim::ListConstruct`` builds that is
+    read only by calls with a spread form for it (``OpImpl.spread``) of its length: nothing
+    else sees the list, so it need not exist. A list that is a block's output, or folded by
+    the specialisation, is kept."""
+    made: dict[int, ProcessedNode] = {}
+    readers: dict[int, list[ProcessedNode]] = {}
+    escaping: set[int] = set()
+
+    def walk(block: ProcessedBlock) -> None:
+        escaping.update(block.outputs)
+        for pn in block.nodes:
+            if pn.kind == "prim::ListConstruct" and len(pn.outputs) == 1:
+                made[pn.outputs[0]] = pn
+            for s in pn.inputs:
+                readers.setdefault(s, []).append(pn)
+            for b in pn.blocks:
+                walk(b)
+
+    walk(plan.block)
+    known = spec.known if spec is not None else {}
+    out: dict[int, tuple[int, ...]] = {}
+    for slot, pn in made.items():
+        users = readers.get(slot, [])
+        if slot in escaping or slot in known or not users or not pn.inputs:
+            continue
+        if all(u.impl.spread is not None and not u.managed and u.inputs.count(slot) == 1
+               and u.inputs[u.impl.spread.index] == slot
+               and u.impl.spread.count == len(pn.inputs) and len(u.outputs) == 1
+               for u in users):
+            out[slot] = pn.inputs
+    return out
 
 
 class SignatureChanged(Exception):
