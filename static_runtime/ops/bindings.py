@@ -178,10 +178,10 @@ def _bind(node: Node, *, out_overload: str | None = None,
             namespaces.append("method")
         else:
             namespaces.insert(0, "method")
-    if spread is not None:
-        if not (0 <= spread[0] < len(args) and Kind.INT_LIST in args[spread[0]].kinds
-                and not args[spread[0]].is_constant):
-            return None, "no int-list input to spread"
+    if spread is not None and not (0 <= spread[0] < len(args)
+                                   and Kind.INT_LIST in args[spread[0]].kinds
+                                   and not args[spread[0]].is_constant):
+        return None, "no int-list input to spread"
     for ns in namespaces:
         sigs = P.signatures(ns, name)
         binding = getattr(_MODULES[ns][0], name, None)
@@ -533,8 +533,8 @@ def _generate(binding: Callable[..., Any], spelling: str, n_inputs: int, positio
             return f"c{a.index}"
         if a.enum is not None:
             # TorchScript's int for a dtype/layout/memory format → the object (None stays)
-            table = namespace.setdefault(f"t_{a.enum.name}", _enum_list(a.enum))
             name = f"t_{a.enum.name}"
+            namespace.setdefault(name, _enum_list(a.enum))
             if Kind.NONE in a.kinds:
                 return f"(None if a{a.index} is None else {name}[a{a.index}])"
             return f"{name}[a{a.index}]"

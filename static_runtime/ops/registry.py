@@ -111,7 +111,14 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     # Importing the implementation modules registers them.
     from static_runtime.ops import fallback, out_variants, selection  # noqa: F401
     from static_runtime.ops.native import (  # noqa: F401
-        containers, fused, objects, prim, scalars, specialized, tensors)
+        containers,
+        fused,
+        objects,
+        prim,
+        scalars,
+        specialized,
+        tensors,
+    )
 
     if node.kind in CONTROL_FLOW:
         return OpImpl(Tier.NATIVE, None, None, "control flow")

@@ -3,7 +3,6 @@ provably takes its elements as separate ints is never built; the generated code 
 ints (``x.view(a, b, -1)``). The TorchScript interpreter is the oracle."""
 
 import pytest
-import torch
 from differential import check
 from op_cases import Inputs, case, ts
 
