@@ -196,6 +196,13 @@ class _Call:
                 return labelled(label)(lambda x, other, *_: to(x, other, **fixed))
             if not fixed:
                 return labelled(label)(lambda x, *_: to(x))
+            dtype = fixed.get("dtype")
+            if list(fixed) == ["dtype"] and isinstance(dtype, torch.dtype):
+                # Only a dtype, no copy, no memory format: ATen returns ``x`` itself when the
+                # dtype is already that (``to_will_alias``); the binding would first release
+                # and retake the GIL to find out.
+                return labelled(label)(
+                    lambda x, *_: x if x.dtype is dtype else to(x, dtype=dtype))
             return labelled(label)(lambda x, *_: to(x, **fixed))
         dynamic = [(name, index, bindings._enum_list(kind) if kind is not None else None)
                    for name, index, kind in self.dynamic]
