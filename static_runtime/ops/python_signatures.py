@@ -266,6 +266,13 @@ def parse_fit(sig: PySignature, positional: list[Kinds], keywords: dict[str, Kin
                 return Fit.NO
             continue
         answer = _accepts(p, kinds)
+        if (answer is not Fit.YES and varargs and arg_pos == 0 and not is_kw and not p.size
+                and all(k == {Kind.INT} for k in positional)):
+            # ``view(2, 3)`` for ``view(int[] size)``: an int does not fit the list, so the
+            # parser takes the whole argument tuple as the list (its first element is an
+            # int; the others are read as ints, which they are).
+            arg_pos = nargs
+            continue
         if answer is not Fit.YES and varargs and arg_pos == 0 and not is_kw:
             # ``view(2, 3)``: the positional arguments may all be taken as one int list.
             # Calls we make pass lists as lists, so that reading is never the intended one:

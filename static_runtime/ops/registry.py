@@ -46,6 +46,9 @@ class OpImpl:
     fn: Callable[..., Any] | None
     out_fn: Callable[..., Any] | None = None
     label: str = ""
+    #: another form of ``fn`` taking an int list built in the graph as separate ints
+    #: (``bindings.Spread``), for generated code; None if there is none
+    spread: Any = None
 
 
 @dataclass(frozen=True)
@@ -133,15 +136,26 @@ def register_native(*kinds: str) -> Callable[[NativeFactory], NativeFactory]:
     return deco
 
 
-def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool = True) -> OpImpl:
+def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool = True,
+           variadic_sizes: bool = False) -> OpImpl:
     """Choose the implementation of ``node``: out variant, native, fallback, in that order.
 
     ``fast_bindings``: derived out variants and the fallback call the operator through its
     Python binding where that provably runs the same overload (``ops/bindings.py``), else
-    through ``torch.ops``."""
+    through ``torch.ops``. ``variadic_sizes`` (with ``fast_bindings``): a fallback taking an
+    int list that a ``prim::ListConstruct`` builds also gets the form taking its elements
+    (``OpImpl.spread``, ``bindings.bind_spread``)."""
     # Importing the implementation modules registers them.
     from static_runtime.ops import fallback, out_variants, selection  # noqa: F401
-    from static_runtime.ops.native import containers, fused, objects, prim, scalars, specialized  # noqa: F401
+    from static_runtime.ops.native import (  # noqa: F401
+        containers,
+        fused,
+        objects,
+        prim,
+        scalars,
+        specialized,
+        tensors,
+    )
 
     if node.kind in CONTROL_FLOW:
         return OpImpl(Tier.NATIVE, None, None, "control flow")
@@ -163,8 +177,22 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
             return OpImpl(Tier.NATIVE, fn, None, _label(fn))
     fn, reason = fallback.resolve(node, fast_bindings=fast_bindings)
     if fn is not None:
-        return OpImpl(Tier.FALLBACK, fn, None, _label(fn))
+        spread = _spread(node) if fast_bindings and variadic_sizes else None
+        return OpImpl(Tier.FALLBACK, fn, None, _label(fn), spread)
     raise UnsupportedOperatorError(node, reason)
+
+
+def _spread(node: Node) -> Any:
+    """The spread form of the first int-list input built by a ``prim::ListConstruct`` of
+    ints, if a binding provably takes it (``bindings.bind_spread``)."""
+    from static_runtime.ir import types as T
+    from static_runtime.ops import bindings
+
+    for i, v in enumerate(node.inputs):
+        if (v.node.kind == "prim::ListConstruct" and v.node.inputs
+                and all(e.type is T.Int for e in v.node.inputs)):
+            return bindings.bind_spread(node, i, len(v.node.inputs))
+    return None
 
 
 def _label(fn: Callable[..., Any]) -> str:

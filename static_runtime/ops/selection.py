@@ -8,10 +8,10 @@ graph (frozen parameters), as the seed's "Operator selection" describes:
   (measured 2.05 against 2.52 µs for a 1 × 64 · 64 × 64 product, single-threaded). It is
   what ``linear`` itself runs for a 2-D input, so results are identical; other ranks call
   ``linear``.
-* ``aten::slice.Tensor`` with constant arguments and a dimension ``d >= 0`` → Python
-  indexing ``x[:, ..., start:end:step]`` (the same ``at::slice`` view, reached through
-  ``Tensor.__getitem__``'s fast path: 1.1 against 3.7 µs through ``torch.ops``); a tensor of
-  rank ``<= d`` takes ``torch.ops`` and raises its error.
+* ``aten::slice.Tensor`` with a constant dimension and step → Python indexing
+  ``x[:, ..., start:end:step]``, start and end constants or inputs (the same ``at::slice``
+  view, reached through ``Tensor.__getitem__``'s fast path: 1.1 against 3.7 µs through
+  ``torch.ops``); a tensor of too small a rank takes ``torch.ops`` and raises its error.
 * ``aten::index.Tensor`` with constant indices ``[None, ..., None, i_1, ..., i_m]`` (m
   one-dimensional int64 tensors of one length, indexing the last m dimensions) →
   ``index_select`` of the flattened last m dimensions with the equivalent flat index, made
@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node, Value
 from static_runtime.ops.registry import labelled, register_out_variant
 
@@ -101,26 +102,40 @@ _INDEX = "aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"
 
 
 def tensor_slice(node: Node):
-    """A native for ``aten::slice.Tensor`` with constant arguments, or None."""
+    """A native for ``aten::slice.Tensor`` with a constant dimension and step, or None.
+
+    ``x[:, s:e:step]`` reaches ``at::slice(x, dim, s, e, step)`` through
+    ``Tensor.__getitem__`` (start None → 0, end None → INT64_MAX, as ``aten::slice`` reads
+    them; negatives wrap and out-of-range bounds clamp in ``at::slice`` itself). Start and end
+    may be inputs (ints, or None). A negative dimension indexes from the end (``x[..., s:e]``).
+    A full slice comes back as a new view (``__getitem__`` aliases it), as from
+    ``aten::slice``. Rank too small or a step below 1: ``aten::slice`` and its error."""
     if node.schema != _SLICE:
         return None
-    args = [constant_value(v) for v in node.inputs[1:]]
-    if any(a is NotImplemented for a in args):
+    dim, step = constant_value(node.inputs[1]), constant_value(node.inputs[4])
+    if type(dim) is not int or type(step) is not int or step < 1:
         return None
-    dim, start, end, step = args
-    if type(dim) is not int or dim < 0 or not all(
-            a is None or type(a) is int for a in (start, end)) or type(step) is not int:
-        return None
-    key = (slice(None),) * dim + (slice(start, end, step),)
-    aten_slice = torch.ops.aten.slice.Tensor
-
-    @labelled(f"x[{':, ' * dim}{_fmt(start)}:{_fmt(end)}:{step}] (constant slice)")
-    def sliced(x, d, s, e, st):
-        if x.dim() > dim and step > 0:
-            return x[key]
-        return aten_slice(x, d, s, e, st)
-
-    return sliced
+    bounds = []
+    for k, v in ((2, node.inputs[2]), (3, node.inputs[3])):
+        c = constant_value(v)
+        if c is NotImplemented:
+            if not (v.type is T.Int or (isinstance(v.type, T.OptionalType) and v.type.elem is T.Int)):
+                return None
+            bounds.append("se"[k - 2])
+        elif c is None or type(c) is int:
+            bounds.append(_fmt(c))
+        else:
+            return None
+    span = f"{bounds[0]}:{bounds[1]}" + (f":{step}" if step != 1 else "")
+    index = f"{':, ' * dim}{span}" if dim >= 0 else f"..., {span}{', :' * (-dim - 1)}"
+    rank = dim + 1 if dim >= 0 else -dim
+    namespace = {"aten_slice": torch.ops.aten.slice.Tensor}
+    src = (f"def sliced(x, d, s, e, st):\n"
+           f"    if x.dim() >= {rank}:\n"
+           f"        return x[{index}]\n"
+           f"    return aten_slice(x, d, s, e, st)\n")
+    exec(compile(src, f"<static_runtime slice x[{index}]>", "exec"), namespace)  # noqa: S102
+    return labelled(f"x[{index}]")(namespace["sliced"])
 
 
 def _fmt(x) -> str:

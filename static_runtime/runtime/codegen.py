@@ -147,6 +147,8 @@ class _Emitter:
         self.hoisting = hoisting or Hoisting()
         self.hoisted: set[Node] = {pn.node for pn in self.hoisting.nodes}
         self.hoisted_names: list[str] = []
+        #: list slot → a literal building it, for lists fixed for the layout
+        self.list_literals: dict[int, str] = {}
         #: what the input signature the guard checks determines (None: nothing assumed)
         self.spec = spec
         #: the profiler's variant: the top-level nodes (by index) with a clock reading before
@@ -182,6 +184,9 @@ class _Emitter:
                 self.expr[slot] = lit if lit is not None else self.bind(
                     value, f"k_{value_of[slot].name}")
         self.arena_names = {s: self.names.fresh(f"m_{value_of[s].name}") for s in sorted(arena)}
+        #: list slots built by a ``prim::ListConstruct`` that only spreading calls read: the
+        #: list is never built, each call takes its elements (``OpImpl.spread``)
+        self.absorbed: dict[int, tuple[int, ...]] = _absorbed_lists(plan, spec)
 
     # -- helpers
     def bind(self, obj: Any, hint: str) -> str:
@@ -207,7 +212,7 @@ class _Emitter:
 
     # -- blocks
     def block(self, block: ProcessedBlock, indent: int, top: bool = False) -> None:
-        last_use = _last_uses(block) if top else {}
+        last_use = _last_uses(block, self.inputs_of) if top else {}
         timed = self.timed if top and self.timed is not None else frozenset()
         for k, pn in enumerate(block.nodes):
             if k in timed and k - 1 not in timed:
@@ -236,6 +241,15 @@ class _Emitter:
         if pn.control is Control.FORK:
             return self.fork_node(pn, indent)
         kind = pn.kind
+        spread = pn.impl.spread
+        if spread is not None and pn.inputs[spread.index] in self.absorbed:
+            # (a spread form is only chosen for unmanaged single-output calls)
+            fn = self.bind(spread.fn, f"f_{kind.split('::')[-1]}")
+            ins = [self.expr[s] for s in self.inputs_of(pn)][:spread.takes]
+            self.emit(indent, f"{self.local(pn.outputs[0])} = {fn}({', '.join(ins)})", pn)
+            return
+        if kind == "prim::ListConstruct" and pn.outputs[0] in self.absorbed:
+            return  # its readers take the elements
         args = self.args(pn)
         if kind in _INLINE:
             return self.inline(pn, indent, args)
@@ -270,6 +284,17 @@ class _Emitter:
             targets = [self.local(s) for s in outs]
             self.emit(indent, f"{', '.join(targets)}, = {call}", pn)
 
+    def inputs_of(self, pn: ProcessedNode) -> list[int]:
+        """The slots the code for ``pn`` reads: its inputs, with an absorbed list replaced by
+        its elements, and none for the ``ListConstruct`` of an absorbed list."""
+        if pn.kind == "prim::ListConstruct" and pn.outputs[0] in self.absorbed:
+            return []
+        spread = pn.impl.spread
+        if spread is None or pn.inputs[spread.index] not in self.absorbed:
+            return list(pn.inputs)
+        i = spread.index
+        return [*pn.inputs[:i], *self.absorbed[pn.inputs[i]], *pn.inputs[i + 1:]]
+
     def call(self, pn: ProcessedNode, fn: Callable[..., Any], prefix: str, out: str | None
              ) -> str:
         """The call of ``fn`` (``out`` first for an out variant), or of the binding it only
@@ -294,25 +319,37 @@ class _Emitter:
         return f"list({text})" if how.as_list else text
 
     def hoisted_call(self, pn: ProcessedNode, indent: int) -> None:
-        """``pn``'s call, assigning the names its hoisted results have."""
+        """``pn``'s call, assigning the names its hoisted results have; a list argument (fixed
+        for the layout, or it would not be hoisted) spelled as a literal, valid in the
+        factory and in ``run`` alike."""
+        saved = {s: self.expr.get(s) for s in pn.inputs if s in self.list_literals}
+        self.expr.update({s: self.list_literals[s] for s in saved})
         targets = ", ".join(self.expr[s] for s in pn.outputs)
         if pn.kind in ("prim::ListUnpack", "prim::TupleUnpack"):
             self.emit(indent, f"{targets}, = {self.expr[pn.inputs[0]]}", pn)
-            return
-        call = self.call(pn, pn.fn, "f", None)
-        self.emit(indent, f"{targets}, = {call}" if len(pn.outputs) > 1 else
-                  f"{targets} = {call}", pn)
+        else:
+            call = self.call(pn, pn.fn, "f", None)
+            self.emit(indent, f"{targets}, = {call}" if len(pn.outputs) > 1 else
+                      f"{targets} = {call}", pn)
+        for s, e in saved.items():
+            if e is None:
+                self.expr.pop(s, None)
+            else:
+                self.expr[s] = e
 
     def hoist_prologue(self) -> list[str]:
         """The factory's part: names for the hoisted views, ``_hoist()`` taking them of the
         arena tensors (and naming the node whose call raised), the check that each is a
         view of its arena tensor (``runtime.hoist.check_hoisted``)."""
         hoisting = self.hoisting
+        fixed = set(self.plan.constants) | (set(self.spec.known) if self.spec else set())
         for pn in self.plan.block.nodes:
-            if pn.node in hoisting.literal_lists:
-                args = self.args(pn)
-                self.expr[pn.outputs[0]] = (f"[{args}]" if pn.kind == "prim::ListConstruct"
-                                            else f"({args},)" if args else "()")
+            if (pn.kind in ("prim::ListConstruct", "prim::TupleConstruct")
+                    and all(s in fixed or s in self.list_literals for s in pn.inputs)):
+                items = ", ".join(self.list_literals.get(s) or self.expr[s] for s in pn.inputs)
+                self.list_literals[pn.outputs[0]] = (
+                    f"[{items}]" if pn.kind == "prim::ListConstruct"
+                    else f"({items},)" if items else "()")
         # Inside the factory an arena slot is the arena tensor itself.
         saved = {s: self.expr.get(s) for s in self.arena_names}
         self.expr.update(self.arena_names)
@@ -534,13 +571,15 @@ class _Emitter:
         return "\n".join(header + self.lines) + "\n"
 
 
-def _last_uses(block: ProcessedBlock) -> dict[int, int]:
+def _last_uses(block: ProcessedBlock,
+               inputs_of: Callable[[ProcessedNode], list[int]]) -> dict[int, int]:
     """For each slot read in ``block`` (or in blocks nested in it), the index of the last
-    top-level node that reads it; graph outputs are never released."""
+    top-level node that reads it (``inputs_of``: what a node's code reads); graph outputs are
+    never released."""
     last: dict[int, int] = {}
 
     def reads(pn: ProcessedNode) -> set[int]:
-        out = set(pn.inputs)
+        out = set(inputs_of(pn))
         for b in pn.blocks:
             for inner in b.nodes:
                 out |= reads(inner)
@@ -555,6 +594,41 @@ def _last_uses(block: ProcessedBlock) -> dict[int, int]:
     for s in block.outputs:
         last.pop(s, None)
     return last
+
+
+def _absorbed_lists(plan: ExecutionPlan, spec: Specialization | None
+                    ) -> dict[int, tuple[int, ...]]:
+    """List slot → its elements' slots, for each list a ``prim::ListConstruct`` builds that is
+    read only by calls with a spread form for it (``OpImpl.spread``) of its length: nothing
+    else sees the list, so it need not exist. A list that is a block's output, or folded by
+    the specialisation, is kept."""
+    made: dict[int, ProcessedNode] = {}
+    readers: dict[int, list[ProcessedNode]] = {}
+    escaping: set[int] = set()
+
+    def walk(block: ProcessedBlock) -> None:
+        escaping.update(block.outputs)
+        for pn in block.nodes:
+            if pn.kind == "prim::ListConstruct" and len(pn.outputs) == 1:
+                made[pn.outputs[0]] = pn
+            for s in pn.inputs:
+                readers.setdefault(s, []).append(pn)
+            for b in pn.blocks:
+                walk(b)
+
+    walk(plan.block)
+    known = spec.known if spec is not None else {}
+    out: dict[int, tuple[int, ...]] = {}
+    for slot, pn in made.items():
+        users = readers.get(slot, [])
+        if slot in escaping or slot in known or not users or not pn.inputs:
+            continue
+        if all(u.impl.spread is not None and not u.managed and u.inputs.count(slot) == 1
+               and u.inputs[u.impl.spread.index] == slot
+               and u.impl.spread.count == len(pn.inputs) and len(u.outputs) == 1
+               for u in users):
+            out[slot] = pn.inputs
+    return out
 
 
 class SignatureChanged(Exception):

@@ -97,7 +97,8 @@ class StaticModule:
             managed=managed_values if manage else None,
             copied_outputs=tuple(i for i, v in enumerate(self.graph.outputs)
                                  if may_hold_list_or_dict(v.type)),
-            fast_bindings=self.options.fast_bindings)
+            fast_bindings=self.options.fast_bindings,
+            variadic_sizes=self.options.variadic_sizes)
         self.layouts = LayoutCache(self.options.plan_cache_size)
         self._codes = CodeCache(self.plan, _describe_model(model),
                                 specialize=self.options.specialize_signature,

@@ -24,6 +24,11 @@ class StaticModuleOptions:
     #: Call operators through their fastest Python binding (``torch._C._VariableFunctions``,
     #: ``torch._C._nn``, Tensor methods) instead of ``torch.ops`` overload objects.
     fast_bindings: bool = True
+    #: Generated code passes an int list built in the graph (``prim::ListConstruct``) that
+    #: only such calls read as separate ints where the binding provably reads them as that
+    #: list: ``x.view(a, b, -1, 64)`` instead of ``x.view([a, b, -1, 64])`` (needs
+    #: ``fast_bindings``).
+    variadic_sizes: bool = True
     #: Also manage output tensors (issue 3; the default keeps outputs owned by the caller).
     manage_output_tensors: bool = False
 

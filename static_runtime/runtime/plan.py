@@ -91,7 +91,7 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
                managed: Callable[[Callable[[Node], bool]], tuple[set[Value], set[Value]]]
                | None,
                copied_outputs: tuple[int, ...] = (),
-               fast_bindings: bool = True) -> ExecutionPlan:
+               fast_bindings: bool = True, variadic_sizes: bool = False) -> ExecutionPlan:
     """Select an implementation for every node and lay the values out in slots.
 
     ``managed`` is given the out-variant predicate and returns the managed intermediates
@@ -121,7 +121,7 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
             impls[node] = OpImpl(Tier.NATIVE, None, None, "fork")  # the executor's business
             continue
         impls[node] = select(node, enable_out_variant=enable_out_variant,
-                             fast_bindings=fast_bindings)
+                             fast_bindings=fast_bindings, variadic_sizes=variadic_sizes)
 
     intermediates: set[Value] = set()
     outputs: set[Value] = set()

@@ -100,14 +100,14 @@ CLAMP_OPTIONAL = _ir("%x : Tensor, %lo : float?", """
 
 @pytest.mark.parametrize("ir, kind, tier, label", [
     (ADD, "aten::add", Tier.OUT, "torch.add(self, other, out=out)"),
-    (ADD_SCALAR, "aten::add", Tier.FALLBACK, "torch.add(self, other, alpha=alpha)"),
-    (SUB_SCALAR, "aten::sub", Tier.FALLBACK, "torch.sub(self, other, alpha=2)"),
+    (ADD_SCALAR, "aten::add", Tier.FALLBACK, "Tensor.add(self, other, alpha=alpha)"),
+    (SUB_SCALAR, "aten::sub", Tier.FALLBACK, "Tensor.sub(self, other, alpha=2)"),
     (ADDMM, "aten::addmm", Tier.OUT, "torch.addmm(self, mat1, mat2, out=out)"),
     (CLAMP_MAX, "aten::clamp", Tier.OUT, "torch.clamp(self, None, 0.25, out=out)"),
     (LINEAR, "aten::linear", Tier.OUT, "torch._C._nn.linear(input, weight, bias, out=out)"),
     (SOFTMAX_DTYPE, "aten::softmax", Tier.OUT, "torch.softmax(self, 1, torch.float64, out=out)"),
     (VIEW, "aten::view", Tier.FALLBACK, "Tensor.view"),
-    (TRANSPOSE, "aten::transpose", Tier.FALLBACK, "torch.transpose"),
+    (TRANSPOSE, "aten::transpose", Tier.FALLBACK, "Tensor.transpose"),
     (ADD_INPLACE, "aten::add_", Tier.FALLBACK, "Tensor.add_(self, other)"),
     (SPLIT, "aten::split", Tier.FALLBACK, "torch._C._VariableFunctions.split(self, [1, 2])"),
 ])
@@ -120,7 +120,7 @@ def test_fast_binding_is_chosen(ir, kind, tier, label):
 
 def test_inputs_passed_as_they_are_call_the_binding_itself():
     _, node = node_of(TRANSPOSE, "aten::transpose")
-    assert select(node).fn is VF.transpose
+    assert select(node).fn is TB.transpose  # no list argument: the method first
     _, node = node_of(VIEW, "aten::view")
     assert select(node).fn is TB.view
 
@@ -131,11 +131,17 @@ def test_the_option_off_keeps_torch_ops():
         assert select(node, fast_bindings=False).label.startswith(f"torch.ops.{kind[:4]}")
 
 
-def test_non_constant_dtype_keeps_torch_ops():
+def test_non_constant_dtype_is_converted_per_call():
+    # TorchScript passes a dtype that is not a constant as its int (``prim::dtype``): the
+    # binding's wrapper turns it into the torch.dtype the binding takes.
     _, node = node_of(SUM_DTYPE_OF, "aten::sum")
     impl = select(node)
-    assert impl.label.startswith("torch.ops.aten.sum.dim_IntList")
-    assert "'dtype' is not a constant" in impl.label
+    assert impl.label == "torch.sum(self, [1], dtype=dtype)"
+    x = torch.randn(3, 4)
+    code = torch.ops.prim.dtype(torch.zeros(1, dtype=torch.float64))
+    assert impl.fn(x, [1], False, code).dtype is torch.float64
+    with pytest.raises((TypeError, IndexError)):
+        impl.fn(x, [1], False, 10_000)
     fn = ts("x, y", "torch.sum(x, [1], dtype=y.dtype)")
     check(fn, [torch.randn(3, 4), torch.zeros(1, dtype=torch.float64)],
           [torch.randn(2, 5), torch.zeros(1, dtype=torch.float16)], atol=1e-3, rtol=1e-3)

@@ -4,6 +4,7 @@ with constant arguments as Python indexing; constant advanced indices as index_s
 import pytest
 import torch
 from differential import check, script
+from op_cases import ts
 
 import static_runtime as sr
 
@@ -63,7 +64,36 @@ def f(x: torch.Tensor):
     return y * 2, y.shape
 """
     mods = check(src, [torch.randn(4, 5, 6)], [torch.randn(2, 3, 7, 2)])
-    assert "(constant slice)" in _label(mods["default"], "aten::slice")[0]
+    assert _label(mods["default"], "aten::slice")[0].split()[2].startswith("x[")
+
+
+DYNAMIC_SLICES = {
+    "start_end": ("x, s: int, e: int", "x[:, s:e]", [3, 1], [1, -1]),
+    "negative_dim": ("x, s: int, e: int", "x[..., s:e]", [-4, 100], [2, 1]),
+    "step_out_of_range": ("x, s: int, e: int", "x[:, s:e:2]", [-100, 100], [5, 3]),
+    "optional": ("x, s: Optional[int], e: Optional[int]", "x[:, s:e]", [None, 2], [1, None]),
+}
+
+
+@pytest.mark.parametrize("params,expr,a,b", list(DYNAMIC_SLICES.values()),
+                         ids=list(DYNAMIC_SLICES))
+def test_slices_with_input_bounds_equal_the_interpreter(params, expr, a, b):
+    # Bounds taken from inputs: negative ones wrap, out-of-range ones clamp, end before
+    # start gives an empty slice — as ``aten::slice`` does.
+    fn = ts(params, expr)
+    mods = check(fn, [torch.randn(4, 5, 6), *a], [torch.randn(2, 3, 7, 2), *b])
+    assert _label(mods["default"], "aten::slice")[0].split()[2].startswith("x[")
+
+
+def test_slice_native_on_negative_dim_matches_aten():
+    fn = ts("x, s: int, e: int", "torch.ops.aten.slice(x, -2, s, e, 1)")
+    mod = sr.StaticModule(fn)
+    (pn,) = [pn for pn in mod.plan.nodes() if pn.kind == "aten::slice"]
+    assert pn.impl.label == "x[..., s:e, :]"
+    x = torch.randn(3, 4, 5)
+    for s_, e_ in [(0, 2), (-3, -1), (-100, 100), (3, 1)]:
+        torch.testing.assert_close(pn.fn(x, -2, s_, e_, 1),
+                                   torch.ops.aten.slice.Tensor(x, -2, s_, e_, 1))
 
 
 def test_slice_of_too_low_a_rank_raises_as_the_interpreter_does():

@@ -14,6 +14,8 @@ types), never from the values seen at run time.
 
 from __future__ import annotations
 
+import operator
+
 from static_runtime.ir.graph import Node
 from static_runtime.ops import schema as S
 from static_runtime.ops.registry import register_native
@@ -265,11 +267,40 @@ def _slice(node: Node):
 
 
 def list_concat(node: Node):
-    """``aten::add.t(t[] a, t[] b)``; registered together with the scalar ``aten::add``."""
+    """``aten::add.t(t[] a, t[] b)`` and ``aten::add.str``; registered together with the
+    scalar ``aten::add``."""
     types = _arg_types(node)
+    if types == ["str", "str"]:
+        return operator.add
     if not types or len(types) != 2 or not all(_is_list(t) for t in types):
         return None
     return lambda a, b: a + b
+
+
+#: Lists whose elements Python's ``==`` compares as TorchScript does (no NaN, no tensors).
+_EXACT_ELEMENTS = frozenset({"List[int]", "List[str]", "List[bool]"})
+
+
+def list_compare(node: Node):
+    """``aten::eq``/``aten::ne`` of two int, str or bool lists (``.int_list``...):
+    registered together with the scalar comparisons. TorchScript compares lengths, then
+    elements with ``==``, as Python's list comparison does for these element types. Float
+    lists (NaN) and tensor lists are left to the fallback."""
+    types = _arg_types(node)
+    if not types or len(types) != 2 or types[0] != types[1] or types[0] not in _EXACT_ELEMENTS:
+        return None
+    return {"aten::eq": operator.eq, "aten::ne": operator.ne}.get(node.kind)
+
+
+@register_native("aten::all", "aten::any")
+def _all_any(node: Node):
+    """``all``/``any`` of an int, float, bool or str list: TorchScript tests each element for
+    being non-zero (non-empty for strings), which is Python's truth value of these types."""
+    types = _arg_types(node)
+    if not types or len(types) != 1 or types[0] not in (
+            "List[int]", "List[float]", "List[bool]", "List[str]"):
+        return None  # the tensor overloads
+    return all if node.kind == "aten::all" else any
 
 
 def list_repeat(node: Node):
@@ -326,8 +357,13 @@ def _dict(node: Node):
 
 @register_native("aten::__contains__")
 def _contains(node: Node):
+    types = _arg_types(node)
     if _first_arg_is_dict(node):
-        return lambda d, key: key in d
+        return operator.contains  # ``key in d``
+    if types and types[0] in _EXACT_ELEMENTS:
+        # Python's ``in`` tests identity, then ``==``: for ints, strings and bools the same
+        # answer as TorchScript's ``==`` alone.
+        return operator.contains
     if _first_arg_is_list(node):
         return lambda lst, item: any(_eq(e, item) for e in lst)
     return None

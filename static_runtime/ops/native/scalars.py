@@ -189,7 +189,8 @@ def _register_all() -> None:
     # List ``+`` and ``*`` share their kinds with the scalar operators; one factory per kind.
     from static_runtime.ops.native import containers
 
-    shared = {"aten::add": containers.list_concat, "aten::mul": containers.list_repeat}
+    shared = {"aten::add": containers.list_concat, "aten::mul": containers.list_repeat,
+              "aten::eq": containers.list_compare, "aten::ne": containers.list_compare}
     for kind in _BINARY:
         register_native(kind)(_binary_factory(kind, shared.get(kind)))
     for kind in _UNARY:
