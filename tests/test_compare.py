@@ -146,3 +146,28 @@ def test_onnx_export_that_traces_one_branch_is_not_chosen():
     assert any(c.startswith("dynamo exporter:") for c in ort.caveats)
     assert not any("lossy" in c for c in ort.caveats)
     assert compare.outputs_agree(runners)["onnxruntime"] is True
+
+
+class KeywordOnly(nn.Module):
+    """A forward ``torch.jit.script`` refuses (``**kwargs``): such models are traced."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        return torch.relu(self.linear(x)) * kwargs.get("scale", 1.0)
+
+
+def test_runners_use_the_scripted_module_given():
+    torch.manual_seed(0)
+    model, x = KeywordOnly().eval(), torch.randn(3, 8)
+    with pytest.raises(Exception):  # noqa: B017  (whichever error scripting raises)
+        torch.jit.script(model)
+    traced = torch.jit.trace(model, (x,))
+    runners = compare.make_runners(model, (x,), include=IN_PROCESS, scripted=traced)
+    assert [r.note for r in runners] == [""] * len(IN_PROCESS)
+    assert all(compare.outputs_agree(runners).values())
+    # the runners froze their own copies: the module given still has its weights as attributes
+    assert isinstance(traced.linear.weight, torch.Tensor)
+    torch.testing.assert_close(traced(x), model(x))
