@@ -248,7 +248,7 @@ def _make_onnxruntime(s: _Setup) -> Callable[[], Any]:
                                                providers=["CPUExecutionProvider"])
                 attempt["session_seconds"] = time.perf_counter() - start
                 attempt["onnx_ops"] = _onnx_op_counts(path)
-                call = _ort_caller(session, args)
+                call = _ort_caller(session, args, expected)
                 got = call(args)
             except Exception as e:  # noqa: BLE001  (the next exporter may do better)
                 attempt["outcome"] = _reason(e)
@@ -337,9 +337,14 @@ _ONNX_NUMPY_TYPES = {"tensor(float)": "float32", "tensor(double)": "float64",
                      "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
 
-def _ort_caller(session: Any, args: tuple) -> Callable[[tuple], Any]:
+def _ort_caller(session: Any, args: tuple, expected: Any = None) -> Callable[[tuple], Any]:
     """``call(args)``: runs ``session`` on the leaves of ``args``. Tensors are fed as
-    zero-copy NumPy views; Python scalars only if the export made them graph inputs."""
+    zero-copy NumPy views; Python scalars only if the export made them graph inputs.
+
+    The outputs are put in the structure of ``expected`` (eager's output) when it has as
+    many leaves as the session has outputs — a 1-tuple stays a tuple, an ``int`` leaf (which
+    ONNX returns as a 0-d tensor) becomes an ``int`` again; otherwise one output is returned
+    bare and several as a tuple."""
     import numpy as np
 
     inputs = session.get_inputs()
@@ -354,6 +359,9 @@ def _ort_caller(session: Any, args: tuple) -> Callable[[tuple], Any]:
                            f"{sum(tensors)} tensors and {len(leaves) - sum(tensors)} scalars")
     names = [i.name for i in inputs]
     dtypes = [_ONNX_NUMPY_TYPES.get(i.type, None) for i in inputs]
+    leaves_out, spec = pytree.tree_flatten(expected)
+    restructure = expected is not None and len(leaves_out) == len(session.get_outputs())
+    kinds = [type(x) if isinstance(x, (bool, int, float)) else None for x in leaves_out]
 
     def call(args: tuple) -> Any:
         leaves = [x for x in pytree.tree_leaves(args) if x is not None]
@@ -362,6 +370,9 @@ def _ort_caller(session: Any, args: tuple) -> Callable[[tuple], Any]:
             x = leaves[k]
             feed[name] = x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype)
         outs = [torch.from_numpy(o) for o in session.run(None, feed)]
+        if restructure:
+            return pytree.tree_unflatten(
+                [o if kind is None else kind(o.item()) for o, kind in zip(outs, kinds)], spec)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     return call
