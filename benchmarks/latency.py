@@ -16,6 +16,21 @@ cache directory unless ``--warm-inductor-cache``.
 
     python benchmarks/latency.py                          # all cases, ~6 minutes on 2 cores
     python benchmarks/latency.py --models mlp,dlrm:256 --peers eager,torchscript --repeats 5
+    python benchmarks/latency.py --zoo                    # the model zoo (benchmarks/zoo/)
+    python benchmarks/latency.py --zoo --quick --models hf_bert,dcn_v2
+
+The model zoo
+-------------
+``--zoo`` runs every model of ``benchmarks.zoo.ZOO`` (or those named in ``--models``) at both
+of its batch sizes, each case in a fresh process as above, against ``ZOO_PEERS``: eager
+PyTorch on ``eager()``, and frozen TorchScript, the C++ Static Runtime and ours on the
+model's own ``scripted()`` module (traced for the Hugging Face models, which cannot be
+scripted); ONNX Runtime on an export of the eager model (or of the scripted one). The number
+of calls per sample is chosen per case so that a sample of the slowest runner takes about
+``--sample-ms``. Reported: µs per call, ours ÷ C++ SR, ours ÷ the faster of frozen
+TorchScript and C++ SR, and the geometric mean of ours ÷ C++ SR over all cases. The
+kernel-replay overhead figures are not measured for the zoo. ``--quick`` is fewer, shorter
+samples (a smoke run). JSON in ``benchmarks/results/zoo_latency.json``.
 
 Overhead per operator
 ---------------------
@@ -70,6 +85,10 @@ from typing import Any
 
 import click
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python benchmarks/latency.py`: the zoo is imported from the root
+    sys.path.insert(0, str(ROOT))
+
 PEERS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
          "torch_compile", "onnxruntime")
 OURS = "static_runtime"
@@ -78,6 +97,7 @@ SHORT = {"eager": "eager", "torchscript": "TorchScript", "optimize_for_inference
          "onnxruntime": "ORT", "static_runtime": "ours"}
 CASES = ("mlp:1", "dlrm:1", "dlrm:256", "multi_head_attention:1", "multi_head_attention:64",
          "transformer_encoder:1", "resnet_small:1", "control_flow:1")
+ZOO_PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime")
 RESULTS = Path(__file__).parent / "results"
 WORKER_TIMEOUT_SECONDS = 900
 
@@ -268,11 +288,76 @@ def _node_timer_residual(ours, inputs, us_per_call: float, module, calls: int) -
             "individual_metrics": metrics}
 
 
+def _graph_nodes(block) -> int:
+    """Nodes of a TorchScript graph or block, those in nested blocks included."""
+    return sum(1 + sum(_graph_nodes(b) for b in node.blocks()) for node in block.nodes())
+
+
+def zoo_worker(model: str, batch: int, peers: tuple[str, ...], repeats: int, calls: int,
+               sample_ms: float, threads: int) -> dict:
+    """One zoo case: runners on the model's eager module and its own scripted/traced one."""
+    import torch
+
+    from benchmarks.zoo import ZOO
+    from static_runtime import compare
+
+    torch.set_num_threads(threads)
+    warnings.simplefilter("ignore")
+    spec = ZOO[model]
+    module, scripted, inputs = spec.eager(), spec.scripted(), spec.inputs(batch)
+    frozen = torch.jit.freeze(spec.scripted())
+    result: dict[str, Any] = {"model": model, "batch": batch, "threads": threads,
+                              "family": spec.family, "compile": spec.compile,
+                              "description": spec.description,
+                              "torchscript_nodes": _graph_nodes(scripted.inlined_graph),
+                              "frozen_nodes": _graph_nodes(frozen.graph),
+                              "inputs": _describe_inputs(inputs)}
+    del frozen
+    # Check inputs of the same shapes from other seeds: other branches and trip counts.
+    runners = compare.make_runners(module, inputs, include=tuple(peers) + (OURS,),
+                                   check_inputs=[spec.inputs(batch, seed=s) for s in (1, 2)],
+                                   scripted=scripted)
+    agree = compare.outputs_agree(runners) if "eager" in peers else {}
+    errors = compare.output_errors(runners) if "eager" in peers else {}
+    if not calls:
+        calls = _calls_for(runners, sample_ms)
+    result["calls"] = calls
+    timings = compare.time_runners(runners, repeats=repeats, calls=calls, warmup=5)
+    result["runners"] = {
+        r.name: {
+            "median_us": timings[r.name].median_us if r.name in timings else None,
+            "min_us": min(timings[r.name].samples_us) if r.name in timings else None,
+            "samples_us": timings[r.name].samples_us if r.name in timings else [],
+            "setup_seconds": r.setup_seconds,
+            "first_call_seconds": r.first_call_seconds,
+            "note": r.note, "caveats": r.caveats, "details": r.details,
+            "agrees_with_eager": agree.get(r.name),
+            "max_abs_error": errors.get(r.name),
+        } for r in runners}
+    return result
+
+
+def _calls_for(runners, sample_ms: float) -> int:
+    """Calls per sample such that the slowest runner's sample takes about ``sample_ms``
+    (from the fastest of three single calls of each), between 3 and 200."""
+    slowest = 0.0
+    for r in runners:
+        if r.note:
+            continue
+        best = math.inf
+        for _ in range(3):
+            start = time.perf_counter()
+            r.fn()
+            best = min(best, time.perf_counter() - start)
+        slowest = max(slowest, best)
+    return max(3, min(200, round(sample_ms / 1e3 / slowest))) if slowest else 200
+
+
 # --------------------------------------------------------------------------- in the parent
 
 
 def run_isolated(case: str, peers: tuple[str, ...], repeats: int, calls: int, threads: int,
-                 warm_cache: bool) -> dict:
+                 warm_cache: bool, zoo: bool = False, sample_ms: float = 0.0) -> dict:
     model, batch = case.split(":")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
@@ -282,6 +367,8 @@ def run_isolated(case: str, peers: tuple[str, ...], repeats: int, calls: int, th
         cmd = [sys.executable, __file__, "--worker", case, "--worker-out", str(out),
                "--peers", ",".join(peers), "--repeats", str(repeats), "--calls", str(calls),
                "--threads", str(threads)]
+        if zoo:
+            cmd += ["--zoo", "--sample-ms", str(sample_ms)]
         start = time.perf_counter()
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,
@@ -387,14 +474,92 @@ def _print_tables(rows: list[dict], peers: tuple[str, ...], repeats: int, calls:
     console.print(ready)
 
     for row in rows:
+        for name, o in row.get("overhead", {}).items():
+            if "skipped" in o:
+                console.print(f"{row['model']} (batch {row['batch']}) / {SHORT[name]} "
+                              f"overhead per op not measured: {o['skipped']}")
+    _print_notes(rows, console)
+
+
+def _zoo_ratios(row: dict) -> tuple[float | None, float | None]:
+    """(ours ÷ C++ SR, ours ÷ the faster of frozen TorchScript and C++ SR) of one case."""
+    rs = row.get("runners", {})
+
+    def median(name: str) -> float | None:
+        r = rs.get(name) or {}
+        return None if r.get("note") else r.get("median_us")
+
+    ours, cpp, ts = median(OURS), median("pytorch_static_runtime"), median("torchscript")
+    best = min((x for x in (cpp, ts) if x), default=None)
+    return (ours / cpp if ours and cpp else None, ours / best if ours and best else None)
+
+
+def _geomean(xs: list[float]) -> float | None:
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+
+
+def _print_zoo_tables(rows: list[dict], peers: tuple[str, ...], repeats: int,
+                      threads: int) -> dict:
+    """The zoo table and notes; returns the summary (geomeans) also written to the JSON."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=220)
+    names = list(peers) + [OURS]
+    table = Table(title=f"Model zoo: µs per call (median of {repeats} samples, runners "
+                        f"alternated), {threads} thread(s); ratios below 1 = ours faster; "
+                        f"* caveat, ≠ output differs from eager (see notes)")
+    for col in ("model", "family", "how", "nodes", "batch"):
+        table.add_column(col, justify="right" if col in ("nodes", "batch") else "left")
+    for n in names:
+        table.add_column(SHORT[n], justify="right")
+    table.add_column("ours÷C++ SR", justify="right")
+    table.add_column("ours÷best(TS, C++ SR)", justify="right")
+    cpp_ratios, best_ratios = [], []
+    for row in rows:
+        head = [row["model"], row.get("family", ""), row.get("compile", ""),
+                str(row.get("frozen_nodes", "")), str(row["batch"])]
+        if "error" in row:
+            table.add_row(*head, f"[red]{row['error'][:80]}")
+            continue
+        rs = row["runners"]
+        cells = []
+        for n in names:
+            r = rs.get(n, {})
+            if r.get("note"):
+                cells.append("[yellow]refused")
+                continue
+            mark = ("*" if r.get("caveats") else "") + (
+                "≠" if r.get("agrees_with_eager") is False else "")
+            cells.append(_us(r.get("median_us")) + mark)
+        vs_cpp, vs_best = _zoo_ratios(row)
+        if vs_cpp:
+            cpp_ratios.append(vs_cpp)
+        if vs_best:
+            best_ratios.append(vs_best)
+        table.add_row(*head, *cells, *("—" if x is None else f"{x:.2f}"
+                                       for x in (vs_cpp, vs_best)))
+    console.print(table)
+    summary = {"geomean_ours_over_cpp_sr": _geomean(cpp_ratios), "cases_cpp_sr": len(cpp_ratios),
+               "geomean_ours_over_best": _geomean(best_ratios), "cases_best": len(best_ratios),
+               "cases_ours_slower_than_best": sum(x > 1 for x in best_ratios)}
+    g, gb = summary["geomean_ours_over_cpp_sr"], summary["geomean_ours_over_best"]
+    console.print(f"geomean ours ÷ C++ SR over {len(cpp_ratios)} cases: "
+                  + ("—" if g is None else f"{g:.3f}")
+                  + "; ours ÷ best(TS, C++ SR): " + ("—" if gb is None else f"{gb:.3f}")
+                  + f", ours slower in {summary['cases_ours_slower_than_best']} of "
+                  f"{len(best_ratios)} cases")
+    _print_notes(rows, console)
+    return summary
+
+
+def _print_notes(rows: list[dict], console) -> None:
+    """Refusals, caveats and disagreements, one line each."""
+    for row in rows:
         where = f"{row['model']} (batch {row['batch']})"
         if "error" in row:
             console.print(f"[red]{where}: {row['error']}")
             continue
-        for name, o in row.get("overhead", {}).items():
-            if "skipped" in o:
-                console.print(f"{where} / {SHORT[name]} overhead per op not measured: "
-                              f"{o['skipped']}")
         for name, r in row["runners"].items():
             if r["note"]:
                 console.print(f"[yellow]{where} / {SHORT[name]} refused: {r['note']}")
@@ -405,57 +570,106 @@ def _print_tables(rows: list[dict], peers: tuple[str, ...], repeats: int, calls:
                               f"(max |Δ| {r['max_abs_error']})")
 
 
+def _zoo_cases(models: str | None) -> list[str]:
+    """Zoo cases: every named zoo model (all if ``models`` is None) at its batches, or at the
+    batch given as ``name:batch``."""
+    from benchmarks.zoo import ZOO
+
+    items = list(ZOO) if models is None else [
+        m.strip() for m in models.split(",") if m.strip()]
+    bad = [m for m in items if m.split(":")[0] not in ZOO]
+    if bad:
+        raise click.BadParameter(f"unknown zoo model(s) {bad}; choose from {list(ZOO)}",
+                                 param_hint="--models")
+    return [c for m in items for c in
+            ([m] if ":" in m else [f"{m}:{b}" for b in ZOO[m].batches])]
+
+
 @click.command()
-@click.option("--models", default=",".join(CASES), show_default=True,
-              help="Comma-separated model[:batch] (static_runtime.models.MODELS); a bare name "
-                   "runs its default batches.")
-@click.option("--peers", default=",".join(PEERS), show_default=True,
-              help="Comma-separated subset of the peers (ours always runs).")
-@click.option("--repeats", default=15, show_default=True, help="Timing samples per runner.")
-@click.option("--calls", default=100, show_default=True, help="Calls per timing sample.")
+@click.option("--models", default=None,
+              help="Comma-separated model[:batch]; a bare name runs its default batches. "
+                   f"Default: {','.join(CASES)} (static_runtime.models.MODELS), or with --zoo "
+                   "every zoo model.")
+@click.option("--zoo", is_flag=True, help="Run the model zoo (benchmarks/zoo/) instead.")
+@click.option("--quick", is_flag=True,
+              help="A smoke run: 5 samples per runner (and with --zoo 3 ms samples).")
+@click.option("--peers", default=None,
+              help=f"Comma-separated subset of the peers (ours always runs). Default: "
+                   f"{','.join(PEERS)}, or with --zoo {','.join(ZOO_PEERS)}.")
+@click.option("--repeats", default=None, type=int,
+              help="Timing samples per runner (default 15, with --zoo 11).")
+@click.option("--calls", default=None, type=int,
+              help="Calls per timing sample (default 100; with --zoo chosen per case from "
+                   "--sample-ms).")
+@click.option("--sample-ms", default=15.0, show_default=True,
+              help="With --zoo: the target length of the slowest runner's timing sample.")
 @click.option("--threads", default=1, show_default=True, help="Intra-op threads.")
 @click.option("--warm-inductor-cache", is_flag=True,
               help="Let torch.compile use the machine's inductor cache (default: cold).")
-@click.option("--json-out", default=str(RESULTS / "latency.json"), show_default=True)
+@click.option("--json-out", default=None,
+              help="Default: benchmarks/results/latency.json, or zoo_latency.json with --zoo.")
 @click.option("--worker", default=None, hidden=True)
 @click.option("--worker-out", default=None, hidden=True)
-def main(models: str, peers: str, repeats: int, calls: int, threads: int,
-         warm_inductor_cache: bool, json_out: str, worker: str | None,
-         worker_out: str | None) -> None:
-    """Latency of every runtime on the built-in models, side by side."""
+def main(models: str | None, zoo: bool, quick: bool, peers: str | None, repeats: int | None,
+         calls: int | None, sample_ms: float, threads: int, warm_inductor_cache: bool,
+         json_out: str | None, worker: str | None, worker_out: str | None) -> None:
+    """Latency of every runtime on the built-in models (or the model zoo), side by side."""
+    if peers is None:
+        peers = ",".join(ZOO_PEERS if zoo else PEERS)
     peer_list = tuple(p for p in (x.strip() for x in peers.split(",")) if p)
     unknown = [p for p in peer_list if p not in PEERS]
     if unknown:
         raise click.BadParameter(f"unknown peer(s) {unknown}; choose from {list(PEERS)}",
                                  param_hint="--peers")
+    if repeats is None:
+        repeats = 5 if quick else 11 if zoo else 15
+    if quick and zoo:
+        sample_ms = min(sample_ms, 3.0)
+    if calls is None:
+        calls = 0 if zoo else 100  # 0: chosen per case
     if worker:
         model, batch = worker.split(":")
-        result = globals()["worker"](model, int(batch), peer_list, repeats, calls, threads)
+        if zoo:
+            result = zoo_worker(model, int(batch), peer_list, repeats, calls, sample_ms,
+                                threads)
+        else:
+            result = globals()["worker"](model, int(batch), peer_list, repeats, calls, threads)
         Path(worker_out).write_text(json.dumps(result, default=str))
         return
     from rich.console import Console
 
     from static_runtime.models import MODELS
 
-    cases = _cases(models)
-    bad = [c for c in cases if c.split(":")[0] not in MODELS]
-    if bad:
-        raise click.BadParameter(f"unknown model(s) {bad}; choose from {sorted(MODELS)}",
-                                 param_hint="--models")
+    if zoo:
+        cases = _zoo_cases(models)
+    else:
+        cases = _cases(models or ",".join(CASES))
+        bad = [c for c in cases if c.split(":")[0] not in MODELS]
+        if bad:
+            raise click.BadParameter(f"unknown model(s) {bad}; choose from {sorted(MODELS)}",
+                                     param_hint="--models")
+    json_out = json_out or str(RESULTS / ("zoo_latency.json" if zoo else "latency.json"))
     console = Console(width=200)
     rows, start = [], time.perf_counter()
     for k, case in enumerate(cases, start=1):
         with console.status(f"[{k}/{len(cases)}] {case} (fresh process) ..."):
-            row = run_isolated(case, peer_list, repeats, calls, threads, warm_inductor_cache)
+            row = run_isolated(case, peer_list, repeats, calls, threads, warm_inductor_cache,
+                               zoo=zoo, sample_ms=sample_ms)
         console.print(f"[{k}/{len(cases)}] {case}: "
                       f"{row.get('worker_seconds', float('nan')):.0f} s"
                       + (f" [red]{row['error']}" if "error" in row else ""))
         rows.append(row)
     meta = _meta(repeats, calls, threads, peer_list, warm_inductor_cache,
                  time.perf_counter() - start)
+    if zoo:
+        meta["sample_ms"] = sample_ms
+        summary = _print_zoo_tables(rows, peer_list, repeats, threads)
+        document = {"meta": meta, "summary": summary, "cases": rows}
+    else:
+        _print_tables(rows, peer_list, repeats, calls, threads)
+        document = {"meta": meta, "cases": rows}
     Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-    Path(json_out).write_text(json.dumps({"meta": meta, "cases": rows}, indent=2, default=str))
-    _print_tables(rows, peer_list, repeats, calls, threads)
+    Path(json_out).write_text(json.dumps(document, indent=2, default=str))
     console.print(f"JSON: {json_out} ({meta['wall_seconds']:.0f} s)")
 
 

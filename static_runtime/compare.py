@@ -8,10 +8,11 @@ The runners (``RUNNERS``), each given the model and one fixed tuple of inputs:
 
 ==========================  ===================================================================
 ``eager``                   ``model(*inputs)`` under ``torch.inference_mode()``
-``torchscript``             ``torch.jit.freeze(torch.jit.script(model))``, inference mode
-``optimize_for_inference``  ``torch.jit.optimize_for_inference(torch.jit.script(model))``
-                            (freezes, then folds conv/BatchNorm, MKLDNN layouts), inference mode
+``torchscript``             ``torch.jit.freeze(scripted)``, inference mode
+``optimize_for_inference``  ``torch.jit.optimize_for_inference(scripted)`` (freezes, then
+                            folds conv/BatchNorm, MKLDNN layouts), inference mode
 ``pytorch_static_runtime``  PyTorch's C++ Static Runtime, ``torch._C._jit_to_static_module``
+                            of ``scripted``
 ``torch_compile``           ``torch.compile(model, backend=...)`` (inductor by default), called
                             under inference mode; ``details["compile_seconds"]`` is
                             ``torch.compile`` plus the first call, where compilation happens
@@ -20,8 +21,12 @@ The runners (``RUNNERS``), each given the model and one fixed tuple of inputs:
                             of ``ONNX_EXPORTERS`` whose output equals eager's on the inputs
                             and on ``check_inputs``; each call converts the tensors to NumPy
                             and back (zero-copy), as a caller holding torch tensors must
-``static_runtime``          ours: ``StaticModule(torch.jit.script(model)).runtime()``
+``static_runtime``          ours: ``StaticModule(scripted).runtime()``
 ==========================  ===================================================================
+
+``scripted`` is ``torch.jit.script(model)``, or the TorchScript module the caller prepared
+(a traced Hugging Face model, which cannot be scripted); ONNX's TorchScript-based exporter
+exports it, the others ``model``.
 
 A peer that cannot run the model is reported, not fatal: its ``Runner`` has a ``note`` (why)
 and a ``fn`` that raises. A peer that runs but with reservations (an export that is lossy, a
@@ -126,14 +131,14 @@ def _make_eager(s: _Setup) -> Callable[[], Any]:
 def _make_torchscript(s: _Setup) -> Callable[[], Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        frozen = torch.jit.freeze(_script(s.model))
+        frozen = torch.jit.freeze(s.scripted)  # a frozen copy: s.scripted is left as it was
     return _in_inference_mode(frozen, s.inputs)
 
 
 def _make_optimize_for_inference(s: _Setup) -> Callable[[], Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        optimized = torch.jit.optimize_for_inference(_script(s.model))
+        optimized = torch.jit.optimize_for_inference(s.scripted)  # freezes a copy
     return _in_inference_mode(optimized, s.inputs)
 
 
@@ -243,7 +248,7 @@ def _make_onnxruntime(s: _Setup) -> Callable[[], Any]:
                                                providers=["CPUExecutionProvider"])
                 attempt["session_seconds"] = time.perf_counter() - start
                 attempt["onnx_ops"] = _onnx_op_counts(path)
-                call = _ort_caller(session, args)
+                call = _ort_caller(session, args, expected)
                 got = call(args)
             except Exception as e:  # noqa: BLE001  (the next exporter may do better)
                 attempt["outcome"] = _reason(e)
@@ -332,9 +337,14 @@ _ONNX_NUMPY_TYPES = {"tensor(float)": "float32", "tensor(double)": "float64",
                      "tensor(int64)": "int64", "tensor(int32)": "int32", "tensor(bool)": "bool"}
 
 
-def _ort_caller(session: Any, args: tuple) -> Callable[[tuple], Any]:
+def _ort_caller(session: Any, args: tuple, expected: Any = None) -> Callable[[tuple], Any]:
     """``call(args)``: runs ``session`` on the leaves of ``args``. Tensors are fed as
-    zero-copy NumPy views; Python scalars only if the export made them graph inputs."""
+    zero-copy NumPy views; Python scalars only if the export made them graph inputs.
+
+    The outputs are put in the structure of ``expected`` (eager's output) when it has as
+    many leaves as the session has outputs — a 1-tuple stays a tuple, an ``int`` leaf (which
+    ONNX returns as a 0-d tensor) becomes an ``int`` again; otherwise one output is returned
+    bare and several as a tuple."""
     import numpy as np
 
     inputs = session.get_inputs()
@@ -349,6 +359,9 @@ def _ort_caller(session: Any, args: tuple) -> Callable[[tuple], Any]:
                            f"{sum(tensors)} tensors and {len(leaves) - sum(tensors)} scalars")
     names = [i.name for i in inputs]
     dtypes = [_ONNX_NUMPY_TYPES.get(i.type, None) for i in inputs]
+    leaves_out, spec = pytree.tree_flatten(expected)
+    restructure = expected is not None and len(leaves_out) == len(session.get_outputs())
+    kinds = [type(x) if isinstance(x, (bool, int, float)) else None for x in leaves_out]
 
     def call(args: tuple) -> Any:
         leaves = [x for x in pytree.tree_leaves(args) if x is not None]
@@ -357,6 +370,9 @@ def _ort_caller(session: Any, args: tuple) -> Callable[[tuple], Any]:
             x = leaves[k]
             feed[name] = x.numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype)
         outs = [torch.from_numpy(o) for o in session.run(None, feed)]
+        if restructure:
+            return pytree.tree_unflatten(
+                [o if kind is None else kind(o.item()) for o, kind in zip(outs, kinds)], spec)
         return outs[0] if len(outs) == 1 else tuple(outs)
 
     return call
@@ -396,7 +412,8 @@ _FACTORIES: dict[str, Callable[[_Setup], Callable[[], Any]]] = {
 def make_runners(model: torch.nn.Module, inputs: tuple, *,
                  include: tuple[str, ...] = DEMO_RUNNERS,
                  check_inputs: list[tuple] | None = None,
-                 compile_backend: str = "inductor") -> list[Runner]:
+                 compile_backend: str = "inductor",
+                 scripted: torch.jit.ScriptModule | None = None) -> list[Runner]:
     """Runners for ``model`` on ``inputs``, in the order of ``include`` (names from
     ``RUNNERS``). A peer that cannot run the model is reported with a note instead of a
     runner function (``fn`` raises).
@@ -404,12 +421,15 @@ def make_runners(model: torch.nn.Module, inputs: tuple, *,
     ``check_inputs``: further input sets of the same shapes on which a peer whose fidelity
     is in doubt (an ONNX export, which may have traced one branch) is compared with eager.
     ``compile_backend``: the ``torch.compile`` backend.
+    ``scripted``: the TorchScript module of ``model`` as its users make it (traced, for a
+    model that cannot be scripted); default ``torch.jit.script(model)``. TorchScript, the
+    C++ runtime and ours run it (each on its own frozen copy); eager runs ``model``.
     """
     unknown = [name for name in include if name not in _FACTORIES]
     if unknown:
         raise ValueError(f"unknown runner(s) {unknown}; choose from {list(RUNNERS)}")
     model = model.eval()
-    scripted = _script(model)
+    scripted = _script(model) if scripted is None else scripted.eval()
     runners: list[Runner] = []
     for name in include:
         s = _Setup(model, inputs, scripted, list(check_inputs or []), compile_backend)

@@ -146,3 +146,80 @@ def test_onnx_export_that_traces_one_branch_is_not_chosen():
     assert any(c.startswith("dynamo exporter:") for c in ort.caveats)
     assert not any("lossy" in c for c in ort.caveats)
     assert compare.outputs_agree(runners)["onnxruntime"] is True
+
+
+class KeywordOnly(nn.Module):
+    """A forward ``torch.jit.script`` refuses (``**kwargs``): such models are traced."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor, **kwargs) -> torch.Tensor:
+        return torch.relu(self.linear(x)) * kwargs.get("scale", 1.0)
+
+
+def test_runners_use_the_scripted_module_given():
+    torch.manual_seed(0)
+    model, x = KeywordOnly().eval(), torch.randn(3, 8)
+    with pytest.raises(Exception):  # noqa: B017  (whichever error scripting raises)
+        torch.jit.script(model)
+    traced = torch.jit.trace(model, (x,))
+    runners = compare.make_runners(model, (x,), include=IN_PROCESS, scripted=traced)
+    assert [r.note for r in runners] == [""] * len(IN_PROCESS)
+    assert all(compare.outputs_agree(runners).values())
+    # the runners froze their own copies: the module given still has its weights as attributes
+    assert isinstance(traced.linear.weight, torch.Tensor)
+    torch.testing.assert_close(traced(x), model(x))
+
+
+class _FakeSession:
+    """What ``_ort_caller`` uses of an ``onnxruntime.InferenceSession``."""
+
+    class _Arg:
+        def __init__(self, name: str, type_: str):
+            self.name, self.type = name, type_
+
+    def __init__(self, outputs: list):
+        self.outputs = outputs
+
+    def get_inputs(self):
+        return [self._Arg("x", "tensor(float)")]
+
+    def get_outputs(self):
+        return [self._Arg(f"out{k}", "") for k in range(len(self.outputs))]
+
+    def run(self, names, feed):
+        return self.outputs
+
+
+def test_onnx_outputs_take_eager_structure():
+    import numpy as np
+
+    x = torch.ones(2)
+    y, steps = np.full((2,), 3.0, dtype=np.float32), np.array(7)
+    # (Tensor, int): ONNX returns the int as a 0-d tensor
+    call = compare._ort_caller(_FakeSession([y, steps]), (x,), (torch.zeros(2), 5))
+    got = call((x,))
+    assert isinstance(got, tuple) and isinstance(got[1], int) and got[1] == 7
+    torch.testing.assert_close(got[0], torch.full((2,), 3.0))
+    # a 1-tuple stays a tuple
+    got = compare._ort_caller(_FakeSession([y]), (x,), (torch.zeros(2),))((x,))
+    assert isinstance(got, tuple) and len(got) == 1
+    # structures that do not match the outputs: bare tensor or tuple, as before
+    got = compare._ort_caller(_FakeSession([y, y]), (x,), torch.zeros(2))((x,))
+    assert isinstance(got, tuple) and len(got) == 2
+
+
+def test_onnxruntime_runner_on_a_model_returning_a_one_tuple():
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+
+    class OneTuple(nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+            return (torch.relu(x),)
+
+    x = torch.randn(2, 8)
+    runners = compare.make_runners(OneTuple().eval(), (x,), include=("eager", "onnxruntime"))
+    assert not runners[1].note, runners[1].note
+    assert compare.outputs_agree(runners)["onnxruntime"] is True

@@ -1,0 +1,1 @@
+"""Benchmarks: side-by-side measurements against the other runtimes, and the model zoo."""
