@@ -5,11 +5,11 @@ times are taken around each top-level node (a control-flow node's time includes 
 blocks), averaged over the main runs.
 
 The per-node clock is cheap by construction. Each iteration times only some top-level
-nodes — every ``v``-th, for ``v = min(nodes, MAX_VARIANTS)`` variants in rotation, so each
-node is timed once per ``v`` iterations — with a ``time.perf_counter_ns()`` reading before
-and after each (one between timed neighbours). A call then carries about ``2 × nodes / v``
-readings instead of one per node: at most 16 for any model up to 64 nodes, two for a model
-of a few nodes. Under the generated-code executor the readings are lines of variants of the
+nodes — every ``v``-th, for ``v = VARIANTS`` (16) variants in rotation, so each node is
+timed once per ``v`` iterations — with a ``time.perf_counter_ns()`` reading before and after
+each. A call then carries about ``2 × nodes / v`` readings instead of one per node: two
+for a model of up to 16 nodes, and none in the iterations of such a model that time
+nothing (they run the plain function). Under the generated-code executor the readings are lines of variants of the
 generated function itself (``generate(..., timed=nodes)``), so the profile is of the code a
 call runs, not of the reference interpreter; under ``executor="interpreter"`` they are taken
 in the node loop. ``benchmark_individual_ops(main_runs=N)`` gives every node N samples (N ×
@@ -19,6 +19,7 @@ rotations, with and without them.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -67,12 +68,17 @@ class IndividualMetrics:
 
 @dataclass(frozen=True)
 class Overhead:
-    """What per-node timing costs. ``untimed_ms``/``timed_ms``: one iteration of the same
-    loop (memory setup, the nodes, the return, finishing the outputs) without and with the
-    clock readings; ``call_ms``: an ordinary call of the runtime, for reference. Each is the
-    fastest of many short alternated samples: load from elsewhere only ever adds time, so
-    the fastest sample is the least disturbed one. ``fraction = timed / untimed - 1``
-    (0.03: the readings add 3 % to a call)."""
+    """What per-node timing costs, in the CPU time of the calling thread (``time.
+    thread_time_ns``: time the thread spends preempted by other processes is not in it, so
+    the figures hold on a busy machine). ``untimed_ms``: one iteration of the profiled loop
+    (memory setup, the nodes, the return, finishing the outputs) without the clock
+    readings, the fastest of many short samples (load from elsewhere only ever adds time);
+    ``call_ms``: an ordinary call of the runtime, for reference, likewise. ``timed_ms``: the
+    same iteration with the readings, ``untimed_ms`` × the median over the samples of
+    timed ÷ untimed, each sample timing both back to back (so that both halves of a ratio
+    see the same machine; the minimum of each on its own was seen to pick samples from
+    different load phases on a busy machine, off by tens of per cent either way).
+    ``fraction = timed / untimed - 1`` (0.03: the readings add 3 % to a call)."""
 
     untimed_ms: float
     timed_ms: float
@@ -106,18 +112,37 @@ def benchmark(runtime: StaticRuntime, args: tuple, kwargs: dict, warmup_runs: in
     return _ms(_clock() - start) / main_runs
 
 
-#: At most this many variants of the timed code: each iteration times every ``variants``-th
-#: top-level node, rotating, so a call carries two readings per timed node instead of one
-#: per node (see the module docstring).
-MAX_VARIANTS = 8
+#: Variants of the timed code in a rotation: iteration ``j`` times the nodes ``k`` with
+#: ``k % VARIANTS == j``, so a call carries two readings per ``VARIANTS`` nodes (about 9 ns a
+#: node at ~70 ns a reading) and a graph of fewer nodes has untimed iterations in its
+#: rotation (a 7-node graph: 7 of 16 iterations carry two readings each).
+VARIANTS = 16
 
 
-def node_subsets(n: int, max_variants: int = MAX_VARIANTS) -> list[frozenset[int]]:
+def node_subsets(n: int, variants: int = VARIANTS) -> list[frozenset[int]]:
     """The top-level nodes each profiled iteration times, in rotation: ``n`` nodes over
-    ``min(n, max_variants)`` iterations, node ``k`` in subset ``k % variants`` (so no two
-    timed nodes are neighbours unless there are fewer variants than needed to avoid it)."""
-    variants = max(1, min(n, max_variants))
+    ``variants`` iterations, node ``k`` in subset ``k % variants`` (so no two timed nodes
+    are neighbours; subsets past the ``n``-th are empty)."""
+    if variants < 1:
+        raise ValueError("variants must be at least 1")
     return [frozenset(range(j, n, variants)) for j in range(variants)]
+
+
+def _steps(nodes: tuple, timed: frozenset[int]) -> list[tuple[tuple, bool, bool]]:
+    """The interpreter's steps for one variant: ``(nodes, clock before, clock after)``."""
+    steps: list[tuple[tuple, bool, bool]] = []
+    run: list = []
+    for k, pn in enumerate(nodes):
+        if k in timed:
+            if run:
+                steps.append((tuple(run), False, False))
+                run = []
+            steps.append(((pn,), k - 1 not in timed, True))
+        else:
+            run.append(pn)
+    if run:
+        steps.append((tuple(run), False, False))
+    return steps
 
 
 class _Loop:
@@ -139,10 +164,10 @@ class _Loop:
         self.nodes = self.interp.plan.block.nodes
         self.subsets = node_subsets(len(self.nodes))
         self.layouts = [stamp_layout(sub) for sub in self.subsets]
-        #: per variant, the interpreter's steps: (node as a 1-tuple, read the clock before,
-        #: after) — decided once, not per node per iteration
-        self._steps = [[((pn,), k in sub and k - 1 not in sub, k in sub)
-                        for k, pn in enumerate(self.nodes)] for sub in self.subsets]
+        #: per variant, the interpreter's steps: (nodes, read the clock before, after) — a
+        #: timed node alone, each stretch of untimed nodes as one step (so an iteration makes
+        #: as few extra calls as it has timed nodes); decided once, not per iteration
+        self._steps = [_steps(self.nodes, sub) for sub in self.subsets]
         self.guard = runtime.guard
         self._timed_fns: list[Callable[..., Any]] = []
         self._plain_fn: Callable[..., Any] | None = None
@@ -160,7 +185,10 @@ class _Loop:
         if isinstance(interp, CodegenExecutor):
             interp.prepare(self.inputs)
             self._plain_fn, self._prepare = interp.profiled_function(None)
-            self._timed_fns = [interp.profiled_function(sub)[0] for sub in self.subsets]
+            # a variant that times nothing runs the plain function (variant 0 always has its
+            # readings: it takes the phases)
+            self._timed_fns = [interp.profiled_function(sub)[0] if sub or j == 0 else None
+                               for j, sub in enumerate(self.subsets)]
 
     def once(self, variant: int | None) -> tuple[Any, tuple | None]:
         """One iteration; for a timed variant, its raw readings: ``(phases, stamps)``, to
@@ -174,7 +202,10 @@ class _Loop:
             if variant:
                 if self._prepare:
                     interp.prepare(inputs)
-                outs, stamps = self._timed_fns[variant](*inputs)
+                fn = self._timed_fns[variant]
+                if fn is None:
+                    return interp.finish(self._plain_fn(*inputs), inputs), (None, ())
+                outs, stamps = fn(*inputs)
                 return interp.finish(outs, inputs), (None, stamps)
             t0 = _clock()
             if self._prepare:
@@ -301,22 +332,34 @@ def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
         runs -= runs % variants  # whole rotations
     once = loop.once
     rotation = [j for _ in range(runs // variants) for j in range(variants)]
+    cpu = time.thread_time_ns
+    call = runtime.__call__
     untimed: list[float] = []
-    timed: list[float] = []
+    ratios: list[float] = []
     calls: list[float] = []
-    for _ in range(samples):
+    for k in range(samples):
+        ns = {}
         with runtime.guard():
-            start = _clock()
-            for _ in range(runs):
-                once(None)
-            middle = _clock()
-            for j in rotation:
-                once(j)
-            end = _clock()
-        untimed.append(_ms(middle - start) / runs)
-        timed.append(_ms(end - middle) / runs)
-        calls.append(benchmark(runtime, args, kwargs, 0, runs))
-    return Overhead(min(untimed), min(timed), min(calls), len(loop.nodes), samples)
+            # which half goes first alternates, so a drift in load biases neither
+            for timed in ((False, True) if k % 2 == 0 else (True, False)):
+                start = cpu()
+                if timed:
+                    for j in rotation:
+                        once(j)
+                else:
+                    for _ in range(runs):
+                        once(None)
+                ns[timed] = cpu() - start
+        plain, with_clock = ns[False], ns[True]
+        untimed.append(_ms(plain) / runs)
+        ratios.append(with_clock / max(plain, 1))
+        start = cpu()
+        for _ in range(runs):
+            call(*args, **kwargs)
+        calls.append(_ms(cpu() - start) / runs)
+    fastest = min(untimed)
+    return Overhead(fastest, fastest * statistics.median(ratios), min(calls), len(loop.nodes),
+                    samples)
 
 
 def format_metrics(m: IndividualMetrics) -> str:
