@@ -311,7 +311,9 @@ def cpp_static_module(scripted: torch.jit.ScriptModule, args: tuple,
                       "the Python binding of its benchmark_individual_ops takes tensors only "
                       f"(got {', '.join(kinds)})")
     try:
-        with warnings.catch_warnings():
+        # (its log lines naming unsupported operators go to file descriptor 2: held back,
+        # the refusal says it in one line)
+        with warnings.catch_warnings(), _quiet_stderr():
             warnings.simplefilter("ignore")
             frozen = torch.jit.freeze(scripted.eval())
             sm = torch._C._jit_to_static_module(frozen._c)
