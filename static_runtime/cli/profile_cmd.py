@@ -123,7 +123,8 @@ def profile(model: str, input_specs: tuple[str, ...], inputs_file: str | None, b
     with console.status("profiling..."):
         m = mod.benchmark_individual_ops(args, {}, warmup, runs)
     with console.status("measuring the profiler's overhead..."):
-        cost = measure_overhead(mod.runtime(), args, {}, samples=21) if overhead else None
+        cost = (measure_overhead(mod.runtime(), args, {}, samples=41, sample_ms=1.0,
+                                 max_seconds=3.0) if overhead else None)
     nodes = node_rows(mod, m)
     kinds = kind_rows(nodes)
     if chart:
@@ -238,9 +239,10 @@ def against_cpp(console: Any, model: str, mod: sr.StaticModule, args: tuple, *, 
         console.print(c.note)
     if c.against != "pytorch_static_runtime":
         console.print(f"{peer} is profiled with torch.autograd.profiler (top-level operator "
-                      "events: one instance per operator call, loops unrolled, operators "
-                      "without a dispatcher call unseen, the profiler's cost included): "
-                      "measured differently from ours")
+                      "events: one instance per operator call, so an operator in a loop or a "
+                      "branch is its own row there, while our prim::If/prim::Loop rows hold "
+                      "their blocks; operators without a dispatcher call unseen; the "
+                      "profiler's cost included): measured differently from ours")
     table = Table(title=f"per node kind: ours against {peer}, sorted by what each costs us "
                         "per call", title_justify="left")
     for col in ("node kind", "ours n", f"{peer} n", "ours µs/n", f"{peer} µs/n", "Δ µs/n",

@@ -310,11 +310,12 @@ def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
 
 def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
                      samples: int = 101, sample_ms: float = 2.0,
-                     warmup_runs: int = 20) -> Overhead:
+                     warmup_runs: int = 20, max_seconds: float | None = None) -> Overhead:
     """Time the profiled loop without and with its clock readings, and plain calls of the
     runtime, alternated: ``samples`` samples of each, a sample being as many iterations as
     fit in about ``sample_ms`` (many short samples, so that a burst of load from elsewhere
-    spoils few of them); the fastest of each (see ``Overhead``)."""
+    spoils few of them; at least one whole rotation each) — or fewer, at least 5, when
+    ``max_seconds`` have passed (a slow model); see ``Overhead``."""
     if samples < 1:
         raise ValueError("samples must be at least 1")
     with runtime.guard():
@@ -337,7 +338,10 @@ def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
     untimed: list[float] = []
     ratios: list[float] = []
     calls: list[float] = []
+    deadline = None if max_seconds is None else time.perf_counter() + max_seconds
     for k in range(samples):
+        if deadline is not None and k >= 5 and time.perf_counter() > deadline:
+            break
         ns = {}
         with runtime.guard():
             # which half goes first alternates, so a drift in load biases neither
@@ -359,7 +363,7 @@ def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
         calls.append(_ms(cpu() - start) / runs)
     fastest = min(untimed)
     return Overhead(fastest, fastest * statistics.median(ratios), min(calls), len(loop.nodes),
-                    samples)
+                    len(ratios))
 
 
 def format_metrics(m: IndividualMetrics) -> str:
