@@ -13,9 +13,11 @@ such cases are listed, and left out of the aggregated table, which is of C++ cas
     python benchmarks/op_compare.py --models mlp,dlrm --batches all --repeats 3
 
 Prints a short table per case and one aggregated over all cases: per kind (after
-``compare_ops.KIND_MAP``), the cases it appears in, instances over all of them, the
-instance-weighted µs per instance on each side, their ratio, and the total cost to us (ours
-minus C++ per call, summed over the cases) — sorted by that cost. JSON to
+``compare_ops.KIND_MAP``), the cases it appears in, instances over all of them, µs per
+instance on each side (a side's time for the kind over all cases ÷ its instances), their
+ratio, each side's time summed over the cases (µs per call of each case, added) and the
+cost to us (ours minus C++) — sorted by that cost. ``(outside the nodes)``: what the whole
+profiled calls spend outside their nodes. JSON to
 ``benchmarks/results/op_compare.json``.
 """
 
@@ -136,7 +138,7 @@ def aggregate(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
                      "ours_instances": a["ours_n"], "cpp_instances": a["cpp_n"],
                      "ours_us_per_instance": ours_per, "cpp_us_per_instance": cpp_per,
                      "ratio": ours_per / cpp_per if ours_per is not None and cpp_per else None,
-                     "cost_us": a["cost_us"]})
+                     "ours_us": a["ours_us"], "cpp_us": a["cpp_us"], "cost_us": a["cost_us"]})
     rows.sort(key=lambda r: -r["cost_us"])
     return rows
 
@@ -175,12 +177,13 @@ def print_case(case: dict[str, Any], top: int) -> None:
 
 def print_aggregate(rows: list[dict[str, Any]], top: int | None) -> None:
     print("\n| kind | cases | ours n | C++ n | ours µs/n | C++ µs/n | ours ÷ C++ "
-          "| cost to us µs (Σ cases) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| ours µs (Σ) | C++ µs (Σ) | cost to us µs (Σ) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows[:top] if top else rows:
-        print(f"| `{r['kind']}` | {r['cases']} | {_n(r['ours_instances'])} "
-              f"| {_n(r['cpp_instances'])} | {_f(r['ours_us_per_instance'])} "
-              f"| {_f(r['cpp_us_per_instance'])} | {_f(r['ratio'])} | {r['cost_us']:+.1f} |")
+        print(f"| `{r['kind']}` | {r['cases']} | {_n(r['ours_instances'] or None)} "
+              f"| {_n(r['cpp_instances'] or None)} | {_f(r['ours_us_per_instance'])} "
+              f"| {_f(r['cpp_us_per_instance'])} | {_f(r['ratio'])} | {r['ours_us']:.1f} "
+              f"| {r['cpp_us']:.1f} | {r['cost_us']:+.1f} |")
 
 
 def _cases(models: str, batches: str, zoo: dict[str, Any]) -> list[tuple[str, str, int]]:

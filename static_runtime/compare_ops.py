@@ -2,9 +2,11 @@
 
 Both runtimes' ``benchmark_individual_ops`` time every top-level node of their prepared
 graph (a ``prim::If``/``prim::Loop`` node's time includes its blocks) and report, per node
-kind, the total over its instances in milliseconds per call. ``compare`` runs both on the
-same inputs in the same process, alternated over a few repeats, takes the median of each
-kind's total, and ``kind_rows`` (a pure function) lines the kinds up: instances on each
+kind, the total over its instances in milliseconds per call — as a mean over the runs.
+``compare`` runs both on the same inputs in the same process, alternated, takes each
+kind's total in each single run (ours: ``metrics.node_samples``; PyTorch's: its
+``benchmark_individual_ops`` with one main run, called once per run) and keeps the median
+over the runs; ``kind_rows`` (a pure function) lines the kinds up: instances on each
 side, µs per instance on each side, the difference per instance and what the kind costs us
 per call (our total minus theirs; equal to the difference × instances when both sides have
 the same instances). A row ``OUTSIDE`` holds what each whole profiled call spends outside
@@ -18,7 +20,9 @@ ours specialises ``aten::add`` with ``alpha=1`` to ``static_runtime::add`` and m
 ``select_tensor``, merges ``TupleUnpack`` runs into ``VarTupleUnpack`` and constant-key
 dict lookups into ``dict_unpack``. A node that fuses several operators into one
 (``FUSED_KINDS``: our ``static_runtime::attention``, PyTorch's ``signed_log1p``) keeps its
-own row, with the other side empty; so do kinds only one side has.
+own row, with the other side empty; so do kinds only one side has. (Our
+``conv2d_pointwise``, a convolution that may carry the relu after it, counts as
+``aten::conv2d``: the relu row then shows fewer instances on our side.)
 
 Where the C++ runtime cannot be profiled — its constructor refuses the graph, or its
 Python binding of ``benchmark_individual_ops`` cannot take the arguments (it accepts tensors
@@ -63,6 +67,9 @@ KIND_MAP: dict[str, str] = {
     "prim::VarStack": "aten::stack",
     "prim::VarTupleUnpack": "prim::TupleUnpack",
     "aten::relu_": "aten::relu",
+    # a convolution on oneDNN's layout, sometimes with the relu after it fused (that relu's
+    # row then has fewer instances on our side)
+    "static_runtime::conv2d_pointwise": "aten::conv2d",
     # PyTorch's C++ Static Runtime
     "static_runtime::to_copy": "aten::to",
     "static_runtime::to_maybe_copy_out": "aten::to",
@@ -88,7 +95,6 @@ COMPANION_KINDS: frozenset[str] = frozenset({"static_runtime::select_tensor"})
 #: Nodes that fuse several operators; they keep their own rows. What each stands for:
 FUSED_KINDS: dict[str, str] = {
     "static_runtime::attention": "matmul(softmax(matmul(q, k) * s), v) (ours)",
-    "static_runtime::conv2d_pointwise": "conv2d, with the relu after it (ours)",
     "static_runtime::signed_log1p": "sign(x) * log1p(abs(x)) (C++ SR)",
     "static_runtime::clamp_nan_to_num": "nan_to_num(clamp(x)) (C++ SR)",
     "static_runtime::fused_split_and_squeeze_copy": "split + ListUnpack + squeeze (C++ SR)",
@@ -208,34 +214,52 @@ def kind_rows(ours: KindProfile, other: KindProfile) -> list[KindRow]:
 # --------------------------------------------------------------------------- measuring
 
 
+def _kind_totals(kinds: list[str], times: list[float]) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for kind, t in zip(kinds, times):
+        out[kind] += t
+    return dict(out)
+
+
 def profile_ours(mod: sr.StaticModule, args: tuple, kwargs: dict, warmup: int,
-                 runs: int) -> KindProfile:
-    m = mod.benchmark_individual_ops(args, kwargs, warmup, runs)
-    return _from_metrics(m, "static_runtime", "benchmark_individual_ops (ours)")
+                 runs: int) -> list[KindProfile]:
+    """One profile per run of our ``benchmark_individual_ops`` loop (``node_samples``: in a
+    run every top-level node is timed once)."""
+    from static_runtime.runtime.metrics import node_samples
+
+    s = node_samples(mod.runtime(), args, kwargs, warmup, runs)
+    counts = dict(Counter(s.kinds))
+    return [KindProfile("static_runtime",
+                        _kind_totals(s.kinds, [ns[r] / 1e3 for ns in s.ns]), counts,
+                        s.outside_ns(r) / 1e3, "benchmark_individual_ops (ours)")
+            for r in range(runs)]
 
 
-def _from_metrics(m: Any, runtime: str, method: str) -> KindProfile:
-    us = {k: v * 1e3 for k, v in m.time_per_node_type.items()}
-    return KindProfile(runtime, us, dict(m.instances_per_node_type),
-                       m.total_time * 1e3 - sum(us.values()), method)
+def profile_cpp(sm: Any, args: tuple, kwargs: dict, warmup: int,
+                runs: int) -> list[KindProfile]:
+    """One profile per call of PyTorch's C++ Static Runtime (``sm``: a
+    ``torch._C.StaticModule``): its ``benchmark_individual_ops`` with one main run, ``runs``
+    times, after one with ``warmup`` warm-up runs."""
+    args, kwargs = list(args), dict(kwargs)
+    sm.benchmark_individual_ops(args, kwargs, max(warmup, 1), 1)
+    out = []
+    for _ in range(runs):
+        m = sm.benchmark_individual_ops(args, kwargs, 1, 1)  # it needs a warm-up run
+        us = {k: v * 1e3 for k, v in m.time_per_node_type.items()}
+        out.append(KindProfile("pytorch_static_runtime", us, dict(m.instances_per_node_type),
+                               m.total_time * 1e3 - sum(us.values()),
+                               "benchmark_individual_ops (PyTorch's C++ Static Runtime)"))
+    return out
 
 
-def profile_cpp(sm: Any, args: tuple, kwargs: dict, warmup: int, runs: int) -> KindProfile:
-    """``sm``: a ``torch._C.StaticModule``."""
-    m = sm.benchmark_individual_ops(list(args), dict(kwargs), warmup, runs)
-    return _from_metrics(m, "pytorch_static_runtime",
-                         "benchmark_individual_ops (PyTorch's C++ Static Runtime)")
-
-
-def profile_events(fn: Callable[[], Any], runtime: str, warmup: int, runs: int) -> KindProfile:
-    """Per-operator profile of ``fn`` (one model call) from ``torch.autograd.profiler``
-    events: ``runs`` calls after ``warmup``, each top-level operator event (one whose
-    enclosing event, if any, is not an operator — a TorchScript function or a Python
-    ``record_function`` scope) one instance of its name. ``total_us``: the mean call,
-    timed around the profiled calls."""
-    import time
-
-    from torch.autograd.profiler import profile
+def profile_events(fn: Callable[[], Any], runtime: str, warmup: int,
+                   runs: int) -> list[KindProfile]:
+    """Per-operator profiles of ``fn`` (one model call), one per call, from
+    ``torch.autograd.profiler`` events: ``runs`` calls after ``warmup``, each in a
+    ``record_function`` scope; each top-level operator event in a call (one whose enclosing
+    event is not an operator: the call's scope, or a TorchScript function) is one instance of
+    its name. Outside: the call's scope minus its operators."""
+    from torch.autograd.profiler import profile, record_function
 
     with torch.inference_mode():
         for _ in range(warmup):
@@ -243,35 +267,41 @@ def profile_events(fn: Callable[[], Any], runtime: str, warmup: int, runs: int) 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with _quiet_stderr(), profile() as p:
-                start = time.perf_counter_ns()
                 for _ in range(runs):
-                    fn()
-                total_ns = time.perf_counter_ns() - start
-    us: dict[str, float] = defaultdict(float)
-    counts: Counter[str] = Counter()
+                    with record_function(_CALL):
+                        fn()
+    calls = [e for e in p.function_events if e.name == _CALL]
+    us: dict[int, dict[str, float]] = {id(c): defaultdict(float) for c in calls}
+    counts: dict[int, Counter[str]] = {id(c): Counter() for c in calls}
     for e in p.function_events:
         parent = e.cpu_parent
-        if "::" not in e.name or (parent is not None and "::" in parent.name):
+        if "::" not in e.name or parent is None or "::" in parent.name:
             continue
-        us[e.name] += e.cpu_time_total
-        counts[e.name] += 1
-    per_call = {k: v / runs for k, v in us.items()}
-    return KindProfile(runtime, per_call, {k: n / runs for k, n in counts.items()},
-                       total_ns / 1e3 / runs - sum(per_call.values()),
-                       "torch.autograd.profiler, top-level operator events")
+        while parent.cpu_parent is not None and parent.name != _CALL:
+            parent = parent.cpu_parent
+        if parent.name != _CALL:
+            continue
+        us[id(parent)][e.name] += e.cpu_time_total
+        counts[id(parent)][e.name] += 1
+    return [KindProfile(runtime, dict(us[id(c)]), dict(counts[id(c)]),
+                        c.cpu_time_total - sum(us[id(c)].values()),
+                        "torch.autograd.profiler, top-level operator events")
+            for c in calls]
+
+
+_CALL = "static_runtime.compare_ops: one call"
 
 
 def _median_profile(profiles: list[KindProfile]) -> KindProfile:
-    """Each kind's median total over ``profiles`` (a kind absent from one counts 0 there),
-    instances from the first that has it, the median time outside the nodes."""
+    """Each kind's median over ``profiles`` (a kind absent from one counts 0 there),
+    instances likewise (events: a count per call), the median time outside the nodes."""
     kinds = {k for p in profiles for k in p.us}
     first = profiles[0]
-    instances = {}
-    for k in kinds:
-        instances[k] = next(p.instances[k] for p in profiles if k in p.instances)
-    return KindProfile(first.runtime,
-                       {k: statistics.median(p.us.get(k, 0.0) for p in profiles) for k in kinds},
-                       instances, statistics.median(p.outside_us for p in profiles), first.method)
+    return KindProfile(
+        first.runtime,
+        {k: statistics.median(p.us.get(k, 0.0) for p in profiles) for k in kinds},
+        {k: statistics.median(p.instances.get(k, 0) for p in profiles) for k in kinds},
+        statistics.median(p.outside_us for p in profiles), first.method)
 
 
 @dataclass
@@ -334,8 +364,13 @@ def compare(mod: sr.StaticModule, args: tuple, kwargs: dict | None = None, *,
             scripted: torch.jit.ScriptModule | None = None,
             eager: Callable[..., Any] | None = None, repeats: int = 5, warmup: int = 10,
             runs: int = 100) -> OpComparison:
-    """Profile ``mod`` (ours) and a peer on ``args``/``kwargs``, ``repeats`` times
-    alternated (``warmup`` calls, then ``runs`` profiled calls each), and line the kinds up.
+    """Profile ``mod`` (ours) and a peer on ``args``/``kwargs`` and line the kinds up:
+    ``runs`` profiled runs of each in all (a run: one call of the peer; one rotation of our
+    profiler, in which each node is timed once), in ``repeats`` alternated blocks (the first
+    after ``warmup`` calls); each kind's figure is the median over the runs of its total in
+    a run. Medians, not means: on a busy machine a preemption lands inside one node's
+    interval now and then and adds milliseconds to it, which a mean over the runs spreads
+    over every kind it touches (seen: ×2–4 on every kind under load).
 
     The peer: PyTorch's C++ Static Runtime on ``scripted`` (a TorchScript module, frozen
     here); if it cannot be profiled, TorchScript's interpreter on the frozen ``scripted``
@@ -351,26 +386,27 @@ def compare(mod: sr.StaticModule, args: tuple, kwargs: dict | None = None, *,
         if sm is not None:
             against = "pytorch_static_runtime"
 
-            def other() -> KindProfile:
-                return profile_cpp(sm, args, kwargs, warmup, runs)
+            def other(w: int, n: int) -> list[KindProfile]:
+                return profile_cpp(sm, args, kwargs, w, n)
         else:
             against = "torchscript"
             call = _frozen_caller(scripted, args, kwargs)
 
-            def other() -> KindProfile:
-                return profile_events(call, against, warmup, runs)
+            def other(w: int, n: int) -> list[KindProfile]:
+                return profile_events(call, against, w, n)
     elif eager is not None:
         against = "eager"
 
-        def other() -> KindProfile:
-            return profile_events(lambda: eager(*args, **kwargs), against, warmup, runs)
+        def other(w: int, n: int) -> list[KindProfile]:
+            return profile_events(lambda: eager(*args, **kwargs), against, w, n)
     else:
         raise ValueError("give scripted= (a TorchScript module) or eager= (a callable)")
     ours_p: list[KindProfile] = []
     other_p: list[KindProfile] = []
-    for _ in range(repeats):
-        ours_p.append(profile_ours(mod, args, kwargs, warmup, runs))
-        other_p.append(other())
+    per_repeat = max(1, -(-runs // repeats))
+    for k in range(repeats):
+        ours_p += profile_ours(mod, args, kwargs, warmup if k == 0 else 1, per_repeat)
+        other_p += other(warmup if k == 0 else 1, per_repeat)
     ours, theirs = _median_profile(ours_p), _median_profile(other_p)
     return OpComparison(kind_rows(ours, theirs), ours, theirs, against, note, repeats, warmup,
                         runs)

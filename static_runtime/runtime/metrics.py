@@ -249,52 +249,87 @@ class _Loop:
         return {k: stamps[i + 1] - stamps[i] for k, i in self.layouts[variant]}
 
 
-def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
-                             warmup_runs: int, main_runs: int) -> IndividualMetrics:
-    """Per-node times of ``main_runs`` samples of every node after ``warmup_runs`` (see the
-    module docstring for how they are taken, ``IndividualMetrics`` for what each field
-    is)."""
+@dataclass
+class NodeSamples:
+    """The raw readings behind ``benchmark_individual_ops``: ``kinds[k]`` of top-level node
+    ``k``; ``ns[k][r]`` its time in run ``r`` (one rotation, in which every node is timed
+    once); per run the memory setup, the release after the last node and dropping the
+    outputs (``alloc_ns``, ``dealloc_ns``, ``out_dealloc_ns``); ``total_ns`` the whole
+    profiled loop, ``iterations`` how many iterations it made."""
+
+    kinds: list[str]
+    ns: list[list[int]]
+    alloc_ns: list[int]
+    dealloc_ns: list[int]
+    out_dealloc_ns: list[int]
+    total_ns: int
+    iterations: int
+    setup_ns: int
+    first_ns: int
+
+    def outside_ns(self, r: int) -> int:
+        """What run ``r`` spent outside the nodes: memory setup (with the generated
+        function's entry and signature check), the release and dropping the outputs."""
+        return self.alloc_ns[r] + self.dealloc_ns[r] + self.out_dealloc_ns[r]
+
+
+def node_samples(runtime: StaticRuntime, args: tuple, kwargs: dict, warmup_runs: int,
+                 main_runs: int) -> NodeSamples:
+    """Every top-level node's time in each of ``main_runs`` runs after ``warmup_runs`` (see
+    the module docstring for how they are taken)."""
     if main_runs < 1:
         raise ValueError("main_runs must be at least 1")
-    m = IndividualMetrics()
     with runtime.guard():
         loop = _Loop(runtime, args, kwargs)
-        m.setup_time = _ms(loop.setup_ns)
-        m.first_iter_time = _ms(loop.first())
+        first = loop.first()
         loop.bind()
         variants = len(loop.subsets)
         for _ in range(warmup_runs):
             for j in range(variants):
                 loop.once(j)
         nodes = loop.nodes
-        per_node = [0] * len(nodes)
-        alloc = dealloc = out_dealloc = 0
+        alloc, dealloc, out_dealloc = [], [], []
         total_start = _clock()
         readings = []
         for _ in range(main_runs):
             outs, (phases, stamps) = loop.once(0)
             s = _clock()
             del outs
-            out_dealloc += _clock() - s
-            alloc += phases[1] - phases[0]
-            dealloc += phases[3] - phases[2]
+            out_dealloc.append(_clock() - s)
+            alloc.append(phases[1] - phases[0])
+            dealloc.append(phases[3] - phases[2])
             readings.append((0, stamps))
             for j in range(1, variants):
                 readings.append((j, loop.once(j)[1][1]))
-        m.total_time = _ms(_clock() - total_start) / (main_runs * variants)
-        for j, stamps in readings:
-            for k, t in loop.times(j, stamps).items():
-                per_node[k] += t
+        total = _clock() - total_start
+    ns: list[list[int]] = [[] for _ in nodes]
+    for j, stamps in readings:
+        for k, t in loop.times(j, stamps).items():
+            ns[k].append(t)
+    return NodeSamples([pn.kind for pn in nodes], ns, alloc, dealloc, out_dealloc, total,
+                       main_runs * variants, loop.setup_ns, first)
 
-    m.memory_alloc_time = _ms(alloc) / main_runs
-    m.memory_dealloc_time = _ms(dealloc) / main_runs
-    m.output_dealloc_time = _ms(out_dealloc) / main_runs
-    m.time_per_node = [_ms(t) / main_runs for t in per_node]
+
+def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
+                             warmup_runs: int, main_runs: int) -> IndividualMetrics:
+    """Per-node times of ``main_runs`` samples of every node after ``warmup_runs`` (see the
+    module docstring for how they are taken, ``IndividualMetrics`` for what each field
+    is): the means of ``node_samples``."""
+    samples = node_samples(runtime, args, kwargs, warmup_runs, main_runs)
+    nodes = runtime.module.plan.block.nodes
+    m = IndividualMetrics()
+    m.setup_time = _ms(samples.setup_ns)
+    m.first_iter_time = _ms(samples.first_ns)
+    m.total_time = _ms(samples.total_ns) / samples.iterations
+    m.memory_alloc_time = _ms(sum(samples.alloc_ns)) / main_runs
+    m.memory_dealloc_time = _ms(sum(samples.dealloc_ns)) / main_runs
+    m.output_dealloc_time = _ms(sum(samples.out_dealloc_ns)) / main_runs
+    m.time_per_node = [_ms(sum(t)) / main_runs for t in samples.ns]
     by_type: dict[str, float] = defaultdict(float)
     counts: Counter[str] = Counter()
-    for pn, t in zip(nodes, m.time_per_node):
-        by_type[pn.kind] += t
-        counts[pn.kind] += 1
+    for kind, t in zip(samples.kinds, m.time_per_node):
+        by_type[kind] += t
+        counts[kind] += 1
     m.time_per_node_type = dict(by_type)
     node_sum = sum(m.time_per_node) or 1.0
     m.percent_per_node_type = {k: 100.0 * v / node_sum for k, v in by_type.items()}
