@@ -89,7 +89,7 @@ def kind_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
                    "benchmark_individual_ops on the same inputs; TorchScript's profile where "
                    "it refuses the model, eager PyTorch's for a .pt2).")
 @click.option("--repeats", default=5, show_default=True,
-              help="With --against: alternated repeats of both profiles (medians).")
+              help="With --against: alternated blocks the --runs are split into.")
 @threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON instead.")
 def profile(model: str, input_specs: tuple[str, ...], inputs_file: str | None, batch: int,
@@ -105,8 +105,8 @@ def profile(model: str, input_specs: tuple[str, ...], inputs_file: str | None, b
 
     With --against cpp: one table of node kinds, ours against PyTorch's C++ Static Runtime
     (instances, µs per instance, the difference, and what each kind costs us per call),
-    from both runtimes' benchmark_individual_ops on the same inputs, alternated over
-    --repeats, medians."""
+    from both runtimes' benchmark_individual_ops on the same inputs, alternated in
+    --repeats blocks; each kind's median over the --runs profiled runs."""
     if runs < 1:
         raise click.BadParameter("must be at least 1", param_hint="--runs")
     if repeats < 1:
@@ -233,8 +233,8 @@ def against_cpp(console: Any, model: str, mod: sr.StaticModule, args: tuple, *, 
     peer = {"pytorch_static_runtime": "C++ SR", "torchscript": "TorchScript",
             "eager": "eager"}[c.against]
     console.print(f"[bold]{model}[/bold]: inputs {describe_inputs(args)}, {executor} executor, "
-                  f"{threads} thread(s); median of {repeats} alternated profiles of {runs} "
-                  "calls each")
+                  f"{threads} thread(s); each kind's median over {runs} profiled runs, in "
+                  f"{repeats} alternated blocks")
     if c.note:
         console.print(c.note)
     if c.against != "pytorch_static_runtime":
