@@ -267,6 +267,61 @@ def test_profile_exported_program(exported, tmp_path):
     assert _png_size(chart) == (round(w * CHART_DPI), round(h * CHART_DPI))
 
 
+def test_profile_against_cpp_table(models):
+    code, out, err, exc = run("profile", models["mlp"], "--input", "2x64:float32",
+                              "--against", "cpp", "--repeats", "2", "--runs", "3",
+                              "--warmup", "1")
+    assert code == 0, (err, exc)
+    out = " ".join(out.split())
+    for text in ("ours against C++ SR", "aten::linear", "aten::relu (aten::relu_)",
+                 "(outside the nodes)", "total per call", "cost µs/call"):
+        assert text in out, text
+    assert "refuses" not in out
+
+
+def test_profile_against_cpp_json_is_consistent(models):
+    code, out, err, exc = run("profile", models["mlp"], "--input", "2x64:float32",
+                              "--against", "cpp", "--repeats", "2", "--runs", "3",
+                              "--warmup", "1", "--json")
+    assert code == 0, (err, exc)
+    report = json.loads(out)
+    assert report["against"] == "pytorch_static_runtime" and report["note"] is None
+    rows = {r["kind"]: r for r in report["rows"]}
+    # MLP: 3 x (linear + relu), in both graphs (ours runs relu in place)
+    assert rows["aten::linear"]["ours_instances"] == rows["aten::linear"]["other_instances"] == 3
+    assert rows["aten::relu"]["ours_kinds"] == ["aten::relu_"]
+    assert rows["aten::relu"]["other_kinds"] == ["aten::relu"]
+    assert rows["aten::relu"]["other_instances"] == 3
+    assert report["rows"][-1]["kind"] == "(outside the nodes)"
+    total = report["total"]
+    assert total["ours_us"] == pytest.approx(sum(r["ours_us"] or 0 for r in report["rows"]))
+    assert total["other_us"] == pytest.approx(sum(r["other_us"] or 0 for r in report["rows"]))
+    assert total["cost_us"] == pytest.approx(sum(r["cost_us"] for r in report["rows"]))
+    for r in report["rows"][:-1]:
+        assert r["ours_us_per_instance"] == pytest.approx(r["ours_us"] / r["ours_instances"])
+
+
+def test_profile_against_cpp_where_it_refuses(tmp_path):
+    path = tmp_path / "encoder.pt"
+    torch.jit.save(script(MODELS["transformer_encoder"].build()), str(path))
+    code, out, err, exc = run("profile", path, "--input", "1x32x128:float32", "--against",
+                              "cpp", "--repeats", "1", "--runs", "2", "--warmup", "1")
+    assert code == 0, (err, exc)
+    text = " ".join(out.split())
+    assert "PyTorch's C++ Static Runtime refuses the model" in text
+    assert "ours against TorchScript" in text and "measured differently" in text
+
+
+def test_profile_against_cpp_exported_program(exported):
+    code, out, err, exc = run("profile", exported["mlp"], "--against", "cpp", "--repeats", "1",
+                              "--runs", "2", "--warmup", "1", "--json")
+    assert code == 0, (err, exc)
+    report = json.loads(out)
+    assert report["against"] == "eager" and "torch.export" in report["note"]
+    assert any(r["kind"] == "aten::linear" and r["other_instances"] == 3
+               for r in report["rows"])
+
+
 # --------------------------------------------------------------------------- inspect
 
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import click
+import torch
 from rich.table import Table
 
 import static_runtime as sr
+from static_runtime import compare_ops
 from static_runtime.cli.charts import node_kind_chart
 from static_runtime.cli.common import (
     console_for,
@@ -24,6 +27,7 @@ from static_runtime.cli.common import (
     threads_option,
 )
 from static_runtime.cli.inputs import describe_inputs
+from static_runtime.frontend.export import is_pt2, load_pt2
 from static_runtime.runtime.metrics import measure_overhead
 from static_runtime.runtime.plan import Control
 
@@ -80,28 +84,47 @@ def kind_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
               help="Write a PNG bar chart of time per node kind.")
 @click.option("--overhead/--no-overhead", default=True, show_default=True,
               help="Measure what the per-node clock readings cost (about a second).")
+@click.option("--against", type=click.Choice(["cpp"]), default=None,
+              help="Compare per node kind with PyTorch's C++ Static Runtime instead (its "
+                   "benchmark_individual_ops on the same inputs; TorchScript's profile where "
+                   "it refuses the model, eager PyTorch's for a .pt2).")
+@click.option("--repeats", default=5, show_default=True,
+              help="With --against: alternated blocks the --runs are split into.")
 @threads_option
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON instead.")
 def profile(model: str, input_specs: tuple[str, ...], inputs_file: str | None, batch: int,
             runs: int, warmup: int, executor: str, top: int, chart: str | None,
-            overhead: bool, threads: int, as_json: bool) -> None:
+            overhead: bool, against: str | None, repeats: int, threads: int,
+            as_json: bool) -> None:
     """Profile MODEL (a TorchScript archive, .pt, or a torch.export archive, .pt2) per node:
     time per node and per node kind, each node's implementation tier (out variant / native /
     fallback), its share of the time and the arena bytes it writes; setup, first-call,
     memory setup and release times as PyTorch's benchmark_individual_ops reports them, and
     what the profiling itself costs. A .pt2 runs on the example inputs it was exported with
-    unless --input or --inputs-file is given."""
+    unless --input or --inputs-file is given.
+
+    With --against cpp: one table of node kinds, ours against PyTorch's C++ Static Runtime
+    (instances, µs per instance, the difference, and what each kind costs us per call),
+    from both runtimes' benchmark_individual_ops on the same inputs, alternated in
+    --repeats blocks; each kind's median over the --runs profiled runs."""
     if runs < 1:
         raise click.BadParameter("must be at least 1", param_hint="--runs")
+    if repeats < 1:
+        raise click.BadParameter("must be at least 1", param_hint="--repeats")
     set_threads(threads)
     console = console_for(as_json)
     mod = load_module(model, sr.StaticModuleOptions(executor=executor))
     args = example_inputs(mod, input_specs, inputs_file, batch, model=model)
     run_first_call(mod, args)
+    if against is not None:
+        against_cpp(console, model, mod, args, warmup=warmup, runs=runs, repeats=repeats,
+                    executor=executor, threads=threads, as_json=as_json)
+        return
     with console.status("profiling..."):
         m = mod.benchmark_individual_ops(args, {}, warmup, runs)
     with console.status("measuring the profiler's overhead..."):
-        cost = measure_overhead(mod.runtime(), args, {}, samples=21) if overhead else None
+        cost = (measure_overhead(mod.runtime(), args, {}, samples=41, sample_ms=1.0,
+                                 max_seconds=3.0) if overhead else None)
     nodes = node_rows(mod, m)
     kinds = kind_rows(nodes)
     if chart:
@@ -169,3 +192,78 @@ def profile(model: str, input_specs: tuple[str, ...], inputs_file: str | None, b
         console.print(f"memory: {e}")
     if chart:
         console.print(f"chart: {chart}")
+
+
+def _us(x: float | None, signed: bool = False) -> str:
+    if x is None:
+        return ""
+    return f"{x:+.2f}" if signed else f"{x:.2f}"
+
+
+def _n(x: float | None) -> str:
+    if x is None:
+        return ""
+    return str(int(x)) if float(x).is_integer() else f"{x:.1f}"
+
+
+def against_cpp(console: Any, model: str, mod: sr.StaticModule, args: tuple, *, warmup: int,
+                runs: int, repeats: int, executor: str, threads: int, as_json: bool) -> None:
+    """``profile --against cpp``: ``compare_ops.compare`` on the model file, as a table."""
+    if is_pt2(model):
+        program = load_pt2(model).module()
+        with console.status("profiling ours and eager PyTorch, alternated..."):
+            c = compare_ops.compare(mod, args, eager=program, repeats=repeats, warmup=warmup,
+                                    runs=runs)
+        c.note = ("PyTorch's C++ Static Runtime cannot run a torch.export program (.pt2): "
+                  "compared with eager PyTorch on the program instead")
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            scripted = torch.jit.load(model, map_location="cpu")
+        with console.status("profiling ours and the peer, alternated..."):
+            c = compare_ops.compare(mod, args, scripted=scripted, repeats=repeats,
+                                    warmup=warmup, runs=runs)
+    ours_total, other_total = compare_ops.totals(c.rows)
+    if as_json:
+        click.echo(json.dumps({"model": model, "inputs": describe_inputs(args),
+                               "executor": executor, "threads": threads, **c.as_dict(),
+                               "total": {"ours_us": ours_total, "other_us": other_total,
+                                         "cost_us": ours_total - other_total}}, indent=2))
+        return
+    peer = {"pytorch_static_runtime": "C++ SR", "torchscript": "TorchScript",
+            "eager": "eager"}[c.against]
+    console.print(f"[bold]{model}[/bold]: inputs {describe_inputs(args)}, {executor} executor, "
+                  f"{threads} thread(s); each kind's median over {runs} profiled runs, in "
+                  f"{repeats} alternated blocks")
+    if c.note:
+        console.print(c.note)
+    if c.against != "pytorch_static_runtime":
+        console.print(f"{peer} is profiled with torch.autograd.profiler (top-level operator "
+                      "events: one instance per operator call, so an operator in a loop or a "
+                      "branch is its own row there, while our prim::If/prim::Loop rows hold "
+                      "their blocks; operators without a dispatcher call unseen; the "
+                      "profiler's cost included): measured differently from ours")
+    table = Table(title=f"per node kind: ours against {peer}, sorted by what each costs us "
+                        "per call", title_justify="left")
+    for col in ("node kind", "ours n", f"{peer} n", "ours µs/n", f"{peer} µs/n", "Δ µs/n",
+                "cost µs/call"):
+        table.add_column(col, justify="left" if col == "node kind" else "right")
+    for r in c.rows:
+        kind = r.kind
+        mapped = sorted(set(r.ours_kinds + r.other_kinds) - {r.kind})
+        if mapped:
+            kind += f" ({', '.join(mapped)})"
+        if r.stands_for:
+            kind += f" = {r.stands_for}"
+        table.add_row(kind, _n(r.ours_instances), _n(r.other_instances),
+                      _us(r.ours_us_per_instance), _us(r.other_us_per_instance),
+                      _us(r.diff_us_per_instance, True), _us(r.cost_us, True))
+    table.add_section()
+    table.add_row("total per call", "", "", _us(ours_total), _us(other_total), "",
+                  _us(ours_total - other_total, True))
+    console.print(table)
+    console.print("n: instances (top-level nodes; a control-flow node's time holds its "
+                  "blocks). cost: ours − theirs for all instances of the kind, per call "
+                  "(Δ × n where the counts agree). Kinds each runtime renames are mapped to "
+                  "the operator they stand for (static_runtime.compare_ops.KIND_MAP), shown "
+                  "in brackets.")

@@ -5,11 +5,11 @@ times are taken around each top-level node (a control-flow node's time includes 
 blocks), averaged over the main runs.
 
 The per-node clock is cheap by construction. Each iteration times only some top-level
-nodes — every ``v``-th, for ``v = min(nodes, MAX_VARIANTS)`` variants in rotation, so each
-node is timed once per ``v`` iterations — with a ``time.perf_counter_ns()`` reading before
-and after each (one between timed neighbours). A call then carries about ``2 × nodes / v``
-readings instead of one per node: at most 16 for any model up to 64 nodes, two for a model
-of a few nodes. Under the generated-code executor the readings are lines of variants of the
+nodes — every ``v``-th, for ``v = VARIANTS`` (16) variants in rotation, so each node is
+timed once per ``v`` iterations — with a ``time.perf_counter_ns()`` reading before and after
+each. A call then carries about ``2 × nodes / v`` readings instead of one per node: two
+for a model of up to 16 nodes, and none in the iterations of such a model that time
+nothing (they run the plain function). Under the generated-code executor the readings are lines of variants of the
 generated function itself (``generate(..., timed=nodes)``), so the profile is of the code a
 call runs, not of the reference interpreter; under ``executor="interpreter"`` they are taken
 in the node loop. ``benchmark_individual_ops(main_runs=N)`` gives every node N samples (N ×
@@ -19,6 +19,7 @@ rotations, with and without them.
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable
@@ -67,12 +68,17 @@ class IndividualMetrics:
 
 @dataclass(frozen=True)
 class Overhead:
-    """What per-node timing costs. ``untimed_ms``/``timed_ms``: one iteration of the same
-    loop (memory setup, the nodes, the return, finishing the outputs) without and with the
-    clock readings; ``call_ms``: an ordinary call of the runtime, for reference. Each is the
-    fastest of many short alternated samples: load from elsewhere only ever adds time, so
-    the fastest sample is the least disturbed one. ``fraction = timed / untimed - 1``
-    (0.03: the readings add 3 % to a call)."""
+    """What per-node timing costs, in the CPU time of the calling thread (``time.
+    thread_time_ns``: time the thread spends preempted by other processes is not in it, so
+    the figures hold on a busy machine). ``untimed_ms``: one iteration of the profiled loop
+    (memory setup, the nodes, the return, finishing the outputs) without the clock
+    readings, the fastest of many short samples (load from elsewhere only ever adds time);
+    ``call_ms``: an ordinary call of the runtime, for reference, likewise. ``timed_ms``: the
+    same iteration with the readings, ``untimed_ms`` × the median over the samples of
+    timed ÷ untimed, each sample timing both back to back (so that both halves of a ratio
+    see the same machine; the minimum of each on its own was seen to pick samples from
+    different load phases on a busy machine, off by tens of per cent either way).
+    ``fraction = timed / untimed - 1`` (0.03: the readings add 3 % to a call)."""
 
     untimed_ms: float
     timed_ms: float
@@ -106,18 +112,37 @@ def benchmark(runtime: StaticRuntime, args: tuple, kwargs: dict, warmup_runs: in
     return _ms(_clock() - start) / main_runs
 
 
-#: At most this many variants of the timed code: each iteration times every ``variants``-th
-#: top-level node, rotating, so a call carries two readings per timed node instead of one
-#: per node (see the module docstring).
-MAX_VARIANTS = 8
+#: Variants of the timed code in a rotation: iteration ``j`` times the nodes ``k`` with
+#: ``k % VARIANTS == j``, so a call carries two readings per ``VARIANTS`` nodes (about 9 ns a
+#: node at ~70 ns a reading) and a graph of fewer nodes has untimed iterations in its
+#: rotation (a 7-node graph: 7 of 16 iterations carry two readings each).
+VARIANTS = 16
 
 
-def node_subsets(n: int, max_variants: int = MAX_VARIANTS) -> list[frozenset[int]]:
+def node_subsets(n: int, variants: int = VARIANTS) -> list[frozenset[int]]:
     """The top-level nodes each profiled iteration times, in rotation: ``n`` nodes over
-    ``min(n, max_variants)`` iterations, node ``k`` in subset ``k % variants`` (so no two
-    timed nodes are neighbours unless there are fewer variants than needed to avoid it)."""
-    variants = max(1, min(n, max_variants))
+    ``variants`` iterations, node ``k`` in subset ``k % variants`` (so no two timed nodes
+    are neighbours; subsets past the ``n``-th are empty)."""
+    if variants < 1:
+        raise ValueError("variants must be at least 1")
     return [frozenset(range(j, n, variants)) for j in range(variants)]
+
+
+def _steps(nodes: tuple, timed: frozenset[int]) -> list[tuple[tuple, bool, bool]]:
+    """The interpreter's steps for one variant: ``(nodes, clock before, clock after)``."""
+    steps: list[tuple[tuple, bool, bool]] = []
+    run: list = []
+    for k, pn in enumerate(nodes):
+        if k in timed:
+            if run:
+                steps.append((tuple(run), False, False))
+                run = []
+            steps.append(((pn,), k - 1 not in timed, True))
+        else:
+            run.append(pn)
+    if run:
+        steps.append((tuple(run), False, False))
+    return steps
 
 
 class _Loop:
@@ -139,10 +164,10 @@ class _Loop:
         self.nodes = self.interp.plan.block.nodes
         self.subsets = node_subsets(len(self.nodes))
         self.layouts = [stamp_layout(sub) for sub in self.subsets]
-        #: per variant, the interpreter's steps: (node as a 1-tuple, read the clock before,
-        #: after) — decided once, not per node per iteration
-        self._steps = [[((pn,), k in sub and k - 1 not in sub, k in sub)
-                        for k, pn in enumerate(self.nodes)] for sub in self.subsets]
+        #: per variant, the interpreter's steps: (nodes, read the clock before, after) — a
+        #: timed node alone, each stretch of untimed nodes as one step (so an iteration makes
+        #: as few extra calls as it has timed nodes); decided once, not per iteration
+        self._steps = [_steps(self.nodes, sub) for sub in self.subsets]
         self.guard = runtime.guard
         self._timed_fns: list[Callable[..., Any]] = []
         self._plain_fn: Callable[..., Any] | None = None
@@ -160,7 +185,10 @@ class _Loop:
         if isinstance(interp, CodegenExecutor):
             interp.prepare(self.inputs)
             self._plain_fn, self._prepare = interp.profiled_function(None)
-            self._timed_fns = [interp.profiled_function(sub)[0] for sub in self.subsets]
+            # a variant that times nothing runs the plain function (variant 0 always has its
+            # readings: it takes the phases)
+            self._timed_fns = [interp.profiled_function(sub)[0] if sub or j == 0 else None
+                               for j, sub in enumerate(self.subsets)]
 
     def once(self, variant: int | None) -> tuple[Any, tuple | None]:
         """One iteration; for a timed variant, its raw readings: ``(phases, stamps)``, to
@@ -174,7 +202,10 @@ class _Loop:
             if variant:
                 if self._prepare:
                     interp.prepare(inputs)
-                outs, stamps = self._timed_fns[variant](*inputs)
+                fn = self._timed_fns[variant]
+                if fn is None:
+                    return interp.finish(self._plain_fn(*inputs), inputs), (None, ())
+                outs, stamps = fn(*inputs)
                 return interp.finish(outs, inputs), (None, stamps)
             t0 = _clock()
             if self._prepare:
@@ -218,52 +249,87 @@ class _Loop:
         return {k: stamps[i + 1] - stamps[i] for k, i in self.layouts[variant]}
 
 
-def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
-                             warmup_runs: int, main_runs: int) -> IndividualMetrics:
-    """Per-node times of ``main_runs`` samples of every node after ``warmup_runs`` (see the
-    module docstring for how they are taken, ``IndividualMetrics`` for what each field
-    is)."""
+@dataclass
+class NodeSamples:
+    """The raw readings behind ``benchmark_individual_ops``: ``kinds[k]`` of top-level node
+    ``k``; ``ns[k][r]`` its time in run ``r`` (one rotation, in which every node is timed
+    once); per run the memory setup, the release after the last node and dropping the
+    outputs (``alloc_ns``, ``dealloc_ns``, ``out_dealloc_ns``); ``total_ns`` the whole
+    profiled loop, ``iterations`` how many iterations it made."""
+
+    kinds: list[str]
+    ns: list[list[int]]
+    alloc_ns: list[int]
+    dealloc_ns: list[int]
+    out_dealloc_ns: list[int]
+    total_ns: int
+    iterations: int
+    setup_ns: int
+    first_ns: int
+
+    def outside_ns(self, r: int) -> int:
+        """What run ``r`` spent outside the nodes: memory setup (with the generated
+        function's entry and signature check), the release and dropping the outputs."""
+        return self.alloc_ns[r] + self.dealloc_ns[r] + self.out_dealloc_ns[r]
+
+
+def node_samples(runtime: StaticRuntime, args: tuple, kwargs: dict, warmup_runs: int,
+                 main_runs: int) -> NodeSamples:
+    """Every top-level node's time in each of ``main_runs`` runs after ``warmup_runs`` (see
+    the module docstring for how they are taken)."""
     if main_runs < 1:
         raise ValueError("main_runs must be at least 1")
-    m = IndividualMetrics()
     with runtime.guard():
         loop = _Loop(runtime, args, kwargs)
-        m.setup_time = _ms(loop.setup_ns)
-        m.first_iter_time = _ms(loop.first())
+        first = loop.first()
         loop.bind()
         variants = len(loop.subsets)
         for _ in range(warmup_runs):
             for j in range(variants):
                 loop.once(j)
         nodes = loop.nodes
-        per_node = [0] * len(nodes)
-        alloc = dealloc = out_dealloc = 0
+        alloc, dealloc, out_dealloc = [], [], []
         total_start = _clock()
         readings = []
         for _ in range(main_runs):
             outs, (phases, stamps) = loop.once(0)
             s = _clock()
             del outs
-            out_dealloc += _clock() - s
-            alloc += phases[1] - phases[0]
-            dealloc += phases[3] - phases[2]
+            out_dealloc.append(_clock() - s)
+            alloc.append(phases[1] - phases[0])
+            dealloc.append(phases[3] - phases[2])
             readings.append((0, stamps))
             for j in range(1, variants):
                 readings.append((j, loop.once(j)[1][1]))
-        m.total_time = _ms(_clock() - total_start) / (main_runs * variants)
-        for j, stamps in readings:
-            for k, t in loop.times(j, stamps).items():
-                per_node[k] += t
+        total = _clock() - total_start
+    ns: list[list[int]] = [[] for _ in nodes]
+    for j, stamps in readings:
+        for k, t in loop.times(j, stamps).items():
+            ns[k].append(t)
+    return NodeSamples([pn.kind for pn in nodes], ns, alloc, dealloc, out_dealloc, total,
+                       main_runs * variants, loop.setup_ns, first)
 
-    m.memory_alloc_time = _ms(alloc) / main_runs
-    m.memory_dealloc_time = _ms(dealloc) / main_runs
-    m.output_dealloc_time = _ms(out_dealloc) / main_runs
-    m.time_per_node = [_ms(t) / main_runs for t in per_node]
+
+def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
+                             warmup_runs: int, main_runs: int) -> IndividualMetrics:
+    """Per-node times of ``main_runs`` samples of every node after ``warmup_runs`` (see the
+    module docstring for how they are taken, ``IndividualMetrics`` for what each field
+    is): the means of ``node_samples``."""
+    samples = node_samples(runtime, args, kwargs, warmup_runs, main_runs)
+    nodes = runtime.module.plan.block.nodes
+    m = IndividualMetrics()
+    m.setup_time = _ms(samples.setup_ns)
+    m.first_iter_time = _ms(samples.first_ns)
+    m.total_time = _ms(samples.total_ns) / samples.iterations
+    m.memory_alloc_time = _ms(sum(samples.alloc_ns)) / main_runs
+    m.memory_dealloc_time = _ms(sum(samples.dealloc_ns)) / main_runs
+    m.output_dealloc_time = _ms(sum(samples.out_dealloc_ns)) / main_runs
+    m.time_per_node = [_ms(sum(t)) / main_runs for t in samples.ns]
     by_type: dict[str, float] = defaultdict(float)
     counts: Counter[str] = Counter()
-    for pn, t in zip(nodes, m.time_per_node):
-        by_type[pn.kind] += t
-        counts[pn.kind] += 1
+    for kind, t in zip(samples.kinds, m.time_per_node):
+        by_type[kind] += t
+        counts[kind] += 1
     m.time_per_node_type = dict(by_type)
     node_sum = sum(m.time_per_node) or 1.0
     m.percent_per_node_type = {k: 100.0 * v / node_sum for k, v in by_type.items()}
@@ -279,11 +345,12 @@ def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
 
 def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
                      samples: int = 101, sample_ms: float = 2.0,
-                     warmup_runs: int = 20) -> Overhead:
+                     warmup_runs: int = 20, max_seconds: float | None = None) -> Overhead:
     """Time the profiled loop without and with its clock readings, and plain calls of the
     runtime, alternated: ``samples`` samples of each, a sample being as many iterations as
     fit in about ``sample_ms`` (many short samples, so that a burst of load from elsewhere
-    spoils few of them); the fastest of each (see ``Overhead``)."""
+    spoils few of them; at least one whole rotation each) — or fewer, at least 5, when
+    ``max_seconds`` have passed (a slow model); see ``Overhead``."""
     if samples < 1:
         raise ValueError("samples must be at least 1")
     with runtime.guard():
@@ -301,22 +368,37 @@ def measure_overhead(runtime: StaticRuntime, args: tuple, kwargs: dict, *,
         runs -= runs % variants  # whole rotations
     once = loop.once
     rotation = [j for _ in range(runs // variants) for j in range(variants)]
+    cpu = time.thread_time_ns
+    call = runtime.__call__
     untimed: list[float] = []
-    timed: list[float] = []
+    ratios: list[float] = []
     calls: list[float] = []
-    for _ in range(samples):
+    deadline = None if max_seconds is None else time.perf_counter() + max_seconds
+    for k in range(samples):
+        if deadline is not None and k >= 5 and time.perf_counter() > deadline:
+            break
+        ns = {}
         with runtime.guard():
-            start = _clock()
-            for _ in range(runs):
-                once(None)
-            middle = _clock()
-            for j in rotation:
-                once(j)
-            end = _clock()
-        untimed.append(_ms(middle - start) / runs)
-        timed.append(_ms(end - middle) / runs)
-        calls.append(benchmark(runtime, args, kwargs, 0, runs))
-    return Overhead(min(untimed), min(timed), min(calls), len(loop.nodes), samples)
+            # which half goes first alternates, so a drift in load biases neither
+            for timed in ((False, True) if k % 2 == 0 else (True, False)):
+                start = cpu()
+                if timed:
+                    for j in rotation:
+                        once(j)
+                else:
+                    for _ in range(runs):
+                        once(None)
+                ns[timed] = cpu() - start
+        plain, with_clock = ns[False], ns[True]
+        untimed.append(_ms(plain) / runs)
+        ratios.append(with_clock / max(plain, 1))
+        start = cpu()
+        for _ in range(runs):
+            call(*args, **kwargs)
+        calls.append(_ms(cpu() - start) / runs)
+    fastest = min(untimed)
+    return Overhead(fastest, fastest * statistics.median(ratios), min(calls), len(loop.nodes),
+                    len(ratios))
 
 
 def format_metrics(m: IndividualMetrics) -> str:

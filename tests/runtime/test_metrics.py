@@ -13,7 +13,7 @@ import static_runtime as sr
 from static_runtime.models import MODELS
 from static_runtime.passes.pipeline import PASS_ORDER, run_passes
 from static_runtime.runtime.codegen import stamp_layout
-from static_runtime.runtime.metrics import MAX_VARIANTS, _Loop, measure_overhead, node_subsets
+from static_runtime.runtime.metrics import VARIANTS, _Loop, measure_overhead, node_subsets
 
 
 @pytest.mark.parametrize("name", ["mlp", "control_flow", "dlrm"])
@@ -51,8 +51,9 @@ def test_each_call_times_few_nodes():
     for n in (0, 1, 5, 8, 9, 76):
         subsets = node_subsets(n)
         assert sorted(k for s in subsets for k in s) == list(range(n))
-        assert len(subsets) == max(1, min(n, MAX_VARIANTS))
-        assert max(len(s) for s in subsets) <= max(1, -(-n // MAX_VARIANTS))
+        assert len(subsets) == VARIANTS
+        assert max(len(s) for s in subsets) == -(-n // VARIANTS)
+        assert all(k - 1 not in s for s in subsets for k in s), "no timed neighbours"
     # readings: one before and one after each timed node, shared between neighbours
     assert stamp_layout(frozenset({0, 8, 16})) == [(0, 0), (8, 2), (16, 4)]
     assert stamp_layout(frozenset({2, 3, 4})) == [(2, 0), (3, 1), (4, 2)]
@@ -72,10 +73,10 @@ def test_timed_variant_source_has_two_readings_per_timed_node():
         loop.bind()
         loop.interp.profiled_function(loop.subsets[1])
         source = loop.interp._code.source
-    # two per timed node (no two are neighbours with 8 variants of 76 nodes), one before
+    # two per timed node (no two are neighbours with 16 variants of 76 nodes), one before
     # the return
     assert source.count("_clock()") == 2 * len(loop.subsets[1]) + 1
-    assert len(loop.subsets[1]) <= -(-n // MAX_VARIANTS)
+    assert len(loop.subsets[1]) <= -(-n // VARIANTS)
 
 
 @pytest.mark.parametrize("executor", ["codegen", "interpreter"])
@@ -97,7 +98,7 @@ def test_rotation_gives_every_node_its_samples(monkeypatch):
 
     from static_runtime.runtime import metrics
 
-    spec = MODELS["dlrm"]  # 76 top-level nodes: 8 variants
+    spec = MODELS["dlrm"]  # 76 top-level nodes: 16 variants
     mod = sr.StaticModule(script(spec.build()),
                           options=sr.StaticModuleOptions(executor="interpreter"))
     ticks = itertools.count(0, 1000)
