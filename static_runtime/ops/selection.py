@@ -5,9 +5,14 @@ graph (frozen parameters), as the seed's "Operator selection" describes:
 
 * ``aten::linear`` with a constant weight → ``addmm(bias, x, weight.t(), out=)`` for 2-D
   inputs: the transposed view is made once, and ``addmm`` skips ``linear``'s dispatch
-  (measured 2.05 against 2.52 µs for a 1 × 64 · 64 × 64 product, single-threaded). It is
-  what ``linear`` itself runs for a 2-D input, so results are identical; other ranks call
-  ``linear``.
+  (measured 2.05 against 2.52 µs for a 1 × 64 · 64 × 64 product, single-threaded). A
+  contiguous input of rank >= 3 is folded to 2-D: ``addmm(bias, x.view(-1, k),
+  weight.t(), out=out.view(-1, n))`` (``mm`` without a bias). That is what eager
+  ``linear`` runs for such an input (``_flatten_nd_linear`` in ATen's ``Linear.cpp``, for a
+  1-D bias and strided tensors; ``matmul`` folds the same way without one), so results are
+  bitwise those of eager and the TorchScript interpreter — whereas ``linear.out`` runs
+  ``matmul_out`` and then ``add_`` (two passes, and other bits for k >= 512). Other inputs
+  call ``linear``.
 * ``aten::slice.Tensor`` with constant arguments and a dimension ``d >= 0`` → Python
   indexing ``x[:, ..., start:end:step]`` (the same ``at::slice`` view, reached through
   ``Tensor.__getitem__``'s fast path: 1.1 against 3.7 µs through ``torch.ops``); a tensor of
@@ -45,12 +50,33 @@ def _linear(node: Node):
         return None
     weight = constant_value(node.inputs[1])
     bias = constant_value(node.inputs[2])
-    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2 or weight.layout != torch.strided:
         return None
-    if bias is not None and not (isinstance(bias, torch.Tensor) and bias.dim() == 1):
+    if bias is not None and not (isinstance(bias, torch.Tensor) and bias.dim() == 1
+                                 and bias.layout == torch.strided):
         return None
     linear, addmm, mm = torch._C._nn.linear, torch.addmm, torch.mm
     weight_t = weight.t()
+    n, k = weight.shape
+    # Folding needs ``view(-1, k)`` and ``view(-1, n)`` to be unambiguous.
+    fold = k > 0 and n > 0
+    #: the last out tensor seen, its (-1, n) view and the input size that view fits: the
+    #: arena hands the same tensor on every call of a layout, so the view is made once per
+    #: layout, not per call (read as one tuple: concurrent runtimes at worst replace each
+    #: other's entry)
+    flat_out: list[tuple[torch.Tensor, torch.Tensor, int] | None] = [None]
+
+    def flat(out, x):
+        """``out`` as a (-1, n) matrix if ``x`` can be folded into a (-1, k) one whose
+        product fills it exactly, else None."""
+        if not (fold and x.dim() >= 3 and x.shape[-1] == k and x.is_contiguous()):
+            return None
+        cached = flat_out[0]
+        if cached is None or cached[0] is not out:
+            if not out.is_contiguous():
+                return None
+            cached = flat_out[0] = (out, out.view(-1, n), out.numel() // n * k)
+        return cached[1] if x.numel() == cached[2] else None
 
     # The fast path applies when the arguments are those constants (an identity check): a
     # planning run on meta tensors passes meta copies, which take the general path.
@@ -61,13 +87,17 @@ def _linear(node: Node):
                 return mm(x, weight_t)
             return linear(x, w)
 
-        @labelled("torch.mm(x, W.t(), out=) (constant weight)")
+        @labelled("torch.mm(x, W.t(), out=) (constant weight; rank >= 3 folded to 2-D)")
         def out_fn(out, x, w, _b):
             if w is weight:
                 if x.dim() == 2:
                     return mm(x, weight_t, out=out)
                 if x.dim() == 1:  # as linear computes it for a vector (see below)
                     mm(x.unsqueeze(0), weight_t, out=out.unsqueeze(0))
+                    return out
+                out2 = flat(out, x)
+                if out2 is not None:
+                    mm(x.view(-1, k), weight_t, out=out2)
                     return out
             return linear(x, w, out=out)
 
@@ -79,7 +109,7 @@ def _linear(node: Node):
             return addmm(bias, x, weight_t)
         return linear(x, w, b)
 
-    @labelled("torch.addmm(b, x, W.t(), out=) (constant weight)")
+    @labelled("torch.addmm(b, x, W.t(), out=) (constant weight; rank >= 3 folded to 2-D)")
     def out_fn_b(out, x, w, b):
         if w is weight and b is bias:
             if x.dim() == 2:
@@ -91,6 +121,10 @@ def _linear(node: Node):
                 # bias: the same, written into a (1, n) view of ``out``.
                 mm(x.unsqueeze(0), weight_t, out=out.unsqueeze(0))
                 return out.add_(bias)
+            out2 = flat(out, x)
+            if out2 is not None:
+                addmm(bias, x.view(-1, k), weight_t, out=out2)
+                return out
         return linear(x, w, b, out=out)
 
     return fn_b, out_fn_b
