@@ -26,6 +26,13 @@ steadier on a shared machine).
     python benchmarks/kernel_floor.py                    # ~1 minute
     python benchmarks/kernel_floor.py --cases gelu,layer_norm --json floors.json
 
+``--rnn`` times ``aten::lstm`` / ``aten::gru`` of a scripted 2-layer ``nn.LSTM``/``nn.GRU``
+(batch 1, 20 steps, 32 → 64): the kernel called directly with the arguments our generated
+code passes it (in a loop, in inference mode; with a fresh zero state per call; with 1 MiB touched, or one
+boxed ``torch.ops`` call made, between calls — those two rows include what is between, timed
+alone in the row after; under ``no_grad`` instead), the node under our and the C++ runtime's ``benchmark_individual_ops``, and whole
+calls of ours, the C++ runtime and TorchScript.
+
 ``--model PATH --input SHAPE:DTYPE`` instead compares a whole TorchScript model per node
 kind: ours and the C++ runtime's ``benchmark_individual_ops`` in alternation, µs per instance
 (median over ``--repeats``). Run it once with ``PYTHONPATH`` on another tree for a
@@ -292,7 +299,90 @@ def compare_model(path: str, inputs: tuple, repeats: int, calls: int) -> dict[st
             for k, v in samples.items()}
 
 
+class _Recurrent(torch.nn.Module):
+    def __init__(self, kind: str):
+        super().__init__()
+        self.rnn = getattr(torch.nn, kind)(32, 64, num_layers=2, batch_first=True)
+        self.fc = torch.nn.Linear(64, 8)
+
+    def forward(self, x):
+        y, _ = self.rnn(x)
+        return self.fc(y[:, -1])
+
+
+def compare_rnn(kind: str, repeats: int, calls: int) -> dict[str, tuple[float, float]]:
+    """µs per call (median, min) of the recurrent kernel in each setting (see the module
+    docstring)."""
+    scripted = torch.jit.script(_Recurrent(kind).eval())
+    frozen = torch.jit.freeze(scripted)
+    x = torch.randn(1, 20, 32)
+    ours = sr.StaticModule(scripted)
+    cpp = torch._C._jit_to_static_module(frozen._c)
+    op = "aten::" + kind.lower()
+    # The arguments the node gets: its inputs as the prepared graph makes them (the flat
+    # weights are a constant list, the state a list built per call in the LSTM).
+    captured: list[tuple] = []
+    real = {"LSTM": torch.lstm, "GRU": torch.gru}[kind]
+    with torch.inference_mode():
+        hx = torch.zeros(2, 1, 64)
+        node = next(pn for pn in ours.plan.nodes() if pn.kind == op)
+        weights = next(v.node.attrs["value"] for v in node.node.inputs
+                       if v.node.kind == "prim::Constant" and isinstance(
+                           v.node.attrs.get("value"), list))
+        state = [hx, hx] if kind == "LSTM" else hx
+        captured.append((x, state, weights, True, 2, 0.0, False, False, True))
+    args = captured[0]
+    other = torch.empty(1 << 18)
+
+    def fresh_state():
+        h = torch.zeros(2, 1, 64)
+        return real(x, [h, h] if kind == "LSTM" else h, *args[2:])
+
+    def touched():
+        other.add_(1.0)
+        return real(*args)
+
+    zeros = torch.ops.aten.zeros.default
+    cpu = torch.device("cpu")
+
+    def boxed():
+        zeros([2, 1, 64], dtype=torch.float32, device=cpu)
+
+    def boxed_between():
+        boxed()
+        return real(*args)
+
+    direct = {"kernel, the node's arguments": lambda: real(*args),
+              "kernel, a fresh zero state": fresh_state,
+              "kernel + 1 MiB touched between": touched,
+              "(touching 1 MiB alone)": lambda: other.add_(1.0),
+              "kernel + a torch.ops zeros between": boxed_between,
+              "(the torch.ops zeros alone)": boxed}
+    calls_of = {"ours, whole call": lambda: ours(x), "C++ SR, whole call": lambda: cpp(x),
+                "TorchScript, whole call": lambda: frozen(x)}
+    samples: dict[str, list[float]] = {k: [] for k in [
+        *direct, "kernel, no_grad instead of inference mode", *calls_of, "ours node",
+        "C++ SR node"]}
+    for _ in range(repeats):
+        with torch.inference_mode():
+            for k, fn in direct.items():
+                samples[k].append(_sample(fn, calls))
+        with torch.no_grad():
+            samples["kernel, no_grad instead of inference mode"].append(
+                _sample(direct["kernel, the node's arguments"], calls))
+            samples["TorchScript, whole call"].append(_sample(calls_of["TorchScript, whole call"],
+                                                              calls))
+        for k in ("ours, whole call", "C++ SR, whole call"):
+            samples[k].append(_sample(calls_of[k], calls))
+        samples["ours node"].append(
+            ours.benchmark_individual_ops((x,), {}, 5, calls).time_per_node_type[op] * 1e3)
+        samples["C++ SR node"].append(
+            cpp.benchmark_individual_ops([x], {}, 5, calls).time_per_node_type[op] * 1e3)
+    return {k: (statistics.median(v), min(v)) for k, v in samples.items()}
+
+
 @click.command()
+@click.option("--rnn", is_flag=True, help="time aten::lstm and aten::gru instead")
 @click.option("--model", default=None, type=click.Path(exists=True, dir_okay=False),
               help="compare a TorchScript model per node kind instead")
 @click.option("--input", "input_spec", default="1x32:int64:0..1000", show_default=True,
@@ -302,11 +392,24 @@ def compare_model(path: str, inputs: tuple, repeats: int, calls: int) -> dict[st
 @click.option("--repeats", default=9, show_default=True)
 @click.option("--clock", type=click.Choice(["wall", "thread"]), default="wall", show_default=True)
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None)
-def main(model: str | None, input_spec: str, names: str, calls: int, repeats: int, clock: str,
+def main(rnn: bool, model: str | None, input_spec: str, names: str, calls: int, repeats: int, clock: str,
          json_path: str | None) -> None:
     global _clock
     _clock = time.perf_counter_ns if clock == "wall" else time.thread_time_ns
     torch.set_num_threads(1)
+    if rnn:
+        report = {}
+        for kind in ("LSTM", "GRU"):
+            report[kind] = compare_rnn(kind, repeats, max(calls // 4, 10))
+            table = Table(title=f"aten::{kind.lower()}, 2 layers, batch 1, 20 steps, 32 -> 64")
+            for col in ("setting", "median µs", "min µs"):
+                table.add_column(col, justify="left" if col == "setting" else "right")
+            for k, (med, low) in report[kind].items():
+                table.add_row(k, f"{med:.1f}", f"{low:.1f}")
+            Console().print(table)
+        if json_path:
+            Path(json_path).write_text(json.dumps(report, indent=2))
+        return
     if model is not None:
         report = compare_model(model, (_input(input_spec),), repeats, calls)
         table = Table(title=f"{model}: µs per instance, ours vs the C++ Static Runtime")
