@@ -123,28 +123,36 @@ def _embedding(node: Node) -> OutPair | None:
         return None
     embedding, index_select = torch.embedding, torch.index_select
     embedding_out = torch.ops.aten.embedding.out
-    #: the last out tensor, its (-1, d) view, its row count and d (see ``selection._linear``:
-    #: the arena hands the same tensor on every call of a layout)
-    flat_out: list[tuple[torch.Tensor, torch.Tensor, int, int] | None] = [None]
+    #: (out, its (rows, d) view, the weight's shape and the indices' shape that fill it):
+    #: the arena hands the same tensor on every call of a layout, so the view is made once
+    #: per layout and a call checks only its arguments' shapes (see ``selection._linear``)
+    flat_out: list[tuple[torch.Tensor, torch.Tensor, torch.Size, torch.Size] | None] = [None]
 
     @labelled("torch.embedding")
     def fn(weight, indices, padding_idx, scale_grad_by_freq, sparse):
         return embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)
 
+    def flat(out, weight, indices):
+        cached = flat_out[0]
+        if cached is None or cached[0] is not out:
+            if weight.dim() != 2 or not out.is_contiguous():
+                return None
+            d = weight.shape[1]
+            if d == 0 or out.shape != (*indices.shape, d):
+                return None
+            cached = flat_out[0] = (out, out.view(-1, d), weight.shape, indices.shape)
+        # (index_select would shrink a view too large for its result without a word)
+        if weight.shape == cached[2] and indices.shape == cached[3]:
+            return cached[1]
+        return None
+
     @labelled("torch.index_select(weight, 0, indices.reshape(-1), out=) for embedding")
     def out_fn(out, weight, indices, padding_idx, scale_grad_by_freq, sparse):
-        if weight.dim() == 2:
-            d = weight.shape[1]
-            cached = flat_out[0]
-            if (cached is None or cached[0] is not out) and (
-                    d > 0 and out.dim() >= 1 and out.shape[-1] == d and out.is_contiguous()):
-                cached = flat_out[0] = (out, out.view(-1, d), out.numel() // d, d)
-            # (the rows and the width must fit: index_select would shrink a view that is
-            # too large without a word)
-            if (cached is not None and cached[0] is out and cached[3] == d
-                    and cached[2] == indices.numel()):
-                index_select(weight, 0, indices.reshape(-1), out=cached[1])
-                return out
+        rows = flat(out, weight, indices)
+        if rows is not None:
+            index_select(weight, 0, indices if indices.dim() == 1 else indices.reshape(-1),
+                         out=rows)
+            return out
         return embedding_out(weight, indices, padding_idx, scale_grad_by_freq, sparse, out=out)
 
     return fn, out_fn

@@ -60,23 +60,27 @@ def _linear(node: Node):
     n, k = weight.shape
     # Folding needs ``view(-1, k)`` and ``view(-1, n)`` to be unambiguous.
     fold = k > 0 and n > 0
-    #: the last out tensor seen, its (-1, n) view and the input size that view fits: the
-    #: arena hands the same tensor on every call of a layout, so the view is made once per
-    #: layout, not per call (read as one tuple: concurrent runtimes at worst replace each
-    #: other's entry)
-    flat_out: list[tuple[torch.Tensor, torch.Tensor, int] | None] = [None]
+    #: (out, its (rows, n) view, the input shape that fills it, rows): the arena hands the
+    #: same out tensor on every call of a layout, so the view is made once per layout, and a
+    #: call checks only the input (read as one tuple: concurrent runtimes at worst replace
+    #: each other's entry)
+    flat_out: list[tuple[torch.Tensor, torch.Tensor, torch.Size, int] | None] = [None]
 
     def flat(out, x):
-        """``out`` as a (-1, n) matrix if ``x`` can be folded into a (-1, k) one whose
-        product fills it exactly, else None."""
-        if not (fold and x.dim() >= 3 and x.shape[-1] == k and x.is_contiguous()):
-            return None
+        """``(out, out as a (rows, n) matrix, x's shape, rows)`` if ``x`` (rank >= 3,
+        contiguous) folds into a (rows, k) matrix whose product fills ``out`` exactly; else
+        None."""
         cached = flat_out[0]
-        if cached is None or cached[0] is not out:
-            if not out.is_contiguous():
-                return None
-            cached = flat_out[0] = (out, out.view(-1, n), out.numel() // n * k)
-        return cached[1] if x.numel() == cached[2] else None
+        if cached is not None and cached[0] is out:
+            if x.shape == cached[2] and x.is_contiguous():
+                return cached
+            return None
+        if not (fold and x.shape[-1] == k and out.dim() == x.dim() and out.shape[-1] == n
+                and out.is_contiguous()):
+            return None
+        rows = out.numel() // n
+        cached = flat_out[0] = (out, out.view(rows, n), torch.Size((*out.shape[:-1], k)), rows)
+        return cached if x.shape == cached[2] and x.is_contiguous() else None
 
     # The fast path applies when the arguments are those constants (an identity check): a
     # planning run on meta tensors passes meta copies, which take the general path.
@@ -90,14 +94,15 @@ def _linear(node: Node):
         @labelled("torch.mm(x, W.t(), out=) (constant weight; rank >= 3 folded to 2-D)")
         def out_fn(out, x, w, _b):
             if w is weight:
-                if x.dim() == 2:
+                rank = x.dim()
+                if rank == 2:
                     return mm(x, weight_t, out=out)
-                if x.dim() == 1:  # as linear computes it for a vector (see below)
-                    mm(x.unsqueeze(0), weight_t, out=out.unsqueeze(0))
+                folded = flat(out, x) if rank > 2 else None
+                if folded is not None:
+                    mm(x.view(folded[3], k), weight_t, out=folded[1])
                     return out
-                out2 = flat(out, x)
-                if out2 is not None:
-                    mm(x.view(-1, k), weight_t, out=out2)
+                if rank == 1:  # as linear computes it for a vector (see below)
+                    mm(x.unsqueeze(0), weight_t, out=out.unsqueeze(0))
                     return out
             return linear(x, w, out=out)
 
@@ -112,19 +117,20 @@ def _linear(node: Node):
     @labelled("torch.addmm(b, x, W.t(), out=) (constant weight; rank >= 3 folded to 2-D)")
     def out_fn_b(out, x, w, b):
         if w is weight and b is bias:
-            if x.dim() == 2:
+            rank = x.dim()
+            if rank == 2:
                 return addmm(bias, x, weight_t, out=out)
-            if x.dim() == 1:
+            folded = flat(out, x) if rank > 2 else None
+            if folded is not None:
+                addmm(bias, x.view(folded[3], k), weight_t, out=folded[1])
+                return out
+            if rank == 1:
                 # ``linear.out`` resizes ``out`` to (1, n) and back for a vector (a
                 # deprecation warning, and metadata churn on an arena tensor). ``linear``
                 # computes a vector's product as a (1, k) · (k, n) ``mm``, then adds the
                 # bias: the same, written into a (1, n) view of ``out``.
                 mm(x.unsqueeze(0), weight_t, out=out.unsqueeze(0))
                 return out.add_(bias)
-            out2 = flat(out, x)
-            if out2 is not None:
-                addmm(bias, x.view(-1, k), weight_t, out=out2)
-                return out
         return linear(x, w, b, out=out)
 
     return fn_b, out_fn_b
