@@ -198,3 +198,42 @@ def test_folded_linear_writes_through_the_planned_tensor_only_when_it_fits():
     # an input of another width: linear's own error
     with pytest.raises(RuntimeError, match="shape|size"):
         out_fn(torch.empty(2, 4, 3), torch.randn(2, 4, 7), weight, bias)
+
+
+class FoldedBlock(torch.nn.Module):
+    """Folded linears and an embedding, each writing into the arena."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.up = torch.nn.Linear(16, 32)
+        self.down = torch.nn.Linear(32, 16, bias=False)
+
+    def forward(self, ids):
+        h = self.emb(ids) * 2
+        return self.down(torch.relu(self.up(h))) + h
+
+
+def test_folded_out_variants_shared_by_runtimes_on_several_threads():
+    """The cached views belong to one module's implementations, shared by every runtime:
+    runtimes on other threads with other shapes (so other arena tensors) must not see each
+    other's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    scripted = torch.jit.script(FoldedBlock().eval())
+    mod = sr.StaticModule(scripted)
+    lines = [ln for ln in mod.describe().splitlines()
+             if ln.startswith(("aten::embedding", "aten::linear"))]
+    assert len(lines) == 3 and all("[managed]" in ln for ln in lines)
+    inputs = [torch.randint(0, 50, (b, s)) for b, s in ((1, 7), (3, 5), (2, 9), (4, 1))]
+    expected = [scripted(x) for x in inputs]
+
+    def work(k):
+        rt = sr.StaticRuntime(mod)
+        for i in range(40):
+            j = (k + i) % len(inputs)
+            torch.testing.assert_close(rt(inputs[j]), expected[j], rtol=0, atol=0)
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(4)))
