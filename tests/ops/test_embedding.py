@@ -2,12 +2,15 @@
 mode with offsets, per-sample weights and 2-D inputs, ``F.one_hot``, and the patterns
 recommendation models build from them."""
 
+import warnings
 
 import pytest
 import torch
 import torch.nn.functional as F
 from differential import check
 from op_cases import Inputs, case
+
+import static_runtime as sr
 
 I = Inputs(8)
 randn, randint = I.randn, I.randint
@@ -186,3 +189,73 @@ CASES = [
 @pytest.mark.parametrize("model, first, second, tol", CASES)
 def test_embedding(model, first, second, tol):
     check(model, first, second, **tol)
+
+
+# --------------------------------------------------------------------------- the out variant
+
+
+class Lookup(torch.nn.Module):
+    """An embedding whose result stays inside the graph, so it is written into the arena."""
+
+    def __init__(self, padding_idx: int | None = None):
+        super().__init__()
+        self.emb = torch.nn.Embedding(20, 6, padding_idx=padding_idx)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.emb(ids) * 2
+
+
+def _embedding_line(mod) -> str:
+    return next(ln for ln in mod.describe().splitlines() if ln.startswith("aten::embedding"))
+
+
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_embedding_writes_into_the_arena_with_index_select(padding_idx):
+    ids = torch.tensor([[1, 3, 19], [0, 3, 7]])
+    mods = check(Lookup(padding_idx), [ids], [torch.tensor([4, 5, 3, 3, 0])], rtol=0, atol=0)
+    line = _embedding_line(mods["default"])
+    assert "index_select" in line and "[managed]" in line
+
+
+def test_embedding_out_variant_other_indices():
+    model = Lookup()
+    # int32, 0-dim, 3-D, non-contiguous (transposed) and empty indices
+    check(model, [torch.tensor([[2, 9], [4, 1]], dtype=torch.int32)], [torch.tensor(5)],
+          rtol=0, atol=0)
+    check(model, [torch.randint(0, 20, (2, 3, 4))],
+          [torch.randint(0, 20, (4, 3)).t()], rtol=0, atol=0)
+    check(model, [torch.zeros(0, 3, dtype=torch.long)], [torch.tensor([1])], rtol=0, atol=0)
+    # an index out of range raises in both
+    check(model, [torch.tensor([1, 20])], [torch.tensor([-21])])
+
+
+def test_embedding_of_a_weight_given_as_input():
+    src = """
+def f(w: torch.Tensor, ids: torch.Tensor):
+    return torch.embedding(w, ids) + 1
+"""
+    check(src, [randn(7, 3), torch.tensor([[0, 6], [2, 2]])],
+          [randn(4, 5), torch.tensor([3, 1, 0])], rtol=0, atol=0)
+
+
+def test_embedding_out_fn_takes_the_wrapper_when_the_planned_tensor_does_not_fit():
+    mod = sr.StaticModule(torch.jit.script(Lookup()))
+    ids = torch.tensor([[1, 2], [3, 4]])
+    mod(ids)
+    mod(ids)
+    out_fn = next(pn.impl.out_fn for pn in mod.plan.nodes() if pn.kind == "aten::embedding")
+    w = torch.randn(20, 6)
+    out = torch.empty(2, 2, 6)
+    for _ in range(2):  # the second call reuses the flat view made by the first
+        assert out_fn(out, w, ids, -1, False, False) is out
+        torch.testing.assert_close(out, F.embedding(ids, w), rtol=0, atol=0)
+    # the same tensor with a weight of another width: not shrunk in silence
+    wide = torch.randn(20, 3)
+    result = out_fn(out, wide, ids, -1, False, False)
+    torch.testing.assert_close(result, F.embedding(ids, wide), rtol=0, atol=0)
+    # another number of indices: the wrapper resizes
+    more = torch.tensor([1, 2, 3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = out_fn(torch.empty(2, 2, 6), w, more, -1, False, False)
+    torch.testing.assert_close(result, F.embedding(more, w), rtol=0, atol=0)

@@ -1,6 +1,8 @@
 """Constant-aware operator selection: linear with a constant weight runs as addmm; slices
 with constant arguments as Python indexing; constant advanced indices as index_select."""
 
+import warnings
+
 import pytest
 import torch
 from differential import check, script
@@ -157,3 +159,111 @@ def f(x: torch.Tensor):
     return x[i, j], x[:, i], x.t()[i, j]
 """
     check(src, [torch.randn(4, 3)], [torch.randn(3, 5)])
+
+
+# --------------------------------------------------------------------------- linear, rank >= 3
+
+
+class WideLinear(torch.nn.Module):
+    """k = 512: where ``linear.out`` (matmul, then add) and eager ``linear`` (one addmm)
+    round differently, so only the folded addmm equals the interpreter bit for bit."""
+
+    def __init__(self, bias: bool, k: int = 512, n: int = 24):
+        super().__init__()
+        self.lin = torch.nn.Linear(k, n, bias=bias)
+
+    def forward(self, x):
+        return self.lin(x) * 2
+
+
+def _ops_run(mod, *inputs):
+    with torch.profiler.profile() as prof:
+        mod(*inputs)
+    return {e.key for e in prof.key_averages()}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_on_rank_3_and_4_inputs_folds_to_one_matrix_product(bias):
+    mods = check(WideLinear(bias), [torch.randn(2, 5, 512)], [torch.randn(3, 2, 4, 512)],
+                 rtol=0, atol=0)
+    mod = mods["default"]
+    assert "folded to 2-D" in _label(mod, "aten::linear")[0]
+    x = torch.randn(2, 5, 512)
+    mod(x)
+    ops = _ops_run(mod, x)
+    assert ("aten::addmm" if bias else "aten::mm") in ops
+    assert "aten::matmul" not in ops and "aten::linear" not in ops
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_on_a_non_contiguous_input_takes_linear(bias):
+    def t(x):
+        return x.transpose(0, 1)
+
+    inputs = [t(torch.randn(5, 2, 512))]
+    mods = check(WideLinear(bias), inputs, [t(torch.randn(4, 3, 512))], rtol=0, atol=0)
+    mod = mods["default"]
+    mod(*inputs)
+    assert "aten::linear" in _ops_run(mod, *inputs)
+
+
+def test_folded_linear_writes_through_the_planned_tensor_only_when_it_fits():
+    mod = sr.StaticModule(torch.jit.script(WideLinear(True, k=8, n=3)))
+    x = torch.randn(2, 4, 8)
+    mod(x)
+    mod(x)
+    node = next(pn for pn in mod.plan.nodes() if pn.kind == "aten::linear")
+    weight, bias = (v.node.attrs["value"] for v in node.node.inputs[1:])
+    out_fn = node.impl.out_fn
+    expected = torch.nn.functional.linear(x, weight, bias)
+    # the planned shape, the same tensor twice (its flat view is made once), another tensor
+    out = torch.empty(2, 4, 3)
+    for o in (out, out, torch.empty(2, 4, 3)):
+        assert out_fn(o, x, weight, bias) is o
+        torch.testing.assert_close(o, expected, rtol=0, atol=0)
+    # a tensor of another size: linear(out=) resizes it
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        torch.testing.assert_close(out_fn(torch.empty(5, 3), x, weight, bias), expected)
+    # an input of another width: linear's own error
+    with pytest.raises(RuntimeError, match="shape|size"):
+        out_fn(torch.empty(2, 4, 3), torch.randn(2, 4, 7), weight, bias)
+
+
+class FoldedBlock(torch.nn.Module):
+    """Folded linears and an embedding, each writing into the arena."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(50, 16)
+        self.up = torch.nn.Linear(16, 32)
+        self.down = torch.nn.Linear(32, 16, bias=False)
+
+    def forward(self, ids):
+        h = self.emb(ids) * 2
+        return self.down(torch.relu(self.up(h))) + h
+
+
+def test_folded_out_variants_shared_by_runtimes_on_several_threads():
+    """The cached views belong to one module's implementations, shared by every runtime:
+    runtimes on other threads with other shapes (so other arena tensors) must not see each
+    other's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    scripted = torch.jit.script(FoldedBlock().eval())
+    mod = sr.StaticModule(scripted)
+    lines = [ln for ln in mod.describe().splitlines()
+             if ln.startswith(("aten::embedding", "aten::linear"))]
+    assert len(lines) == 3 and all("[managed]" in ln for ln in lines)
+    inputs = [torch.randint(0, 50, (b, s)) for b, s in ((1, 7), (3, 5), (2, 9), (4, 1))]
+    expected = [scripted(x) for x in inputs]
+
+    def work(k):
+        rt = sr.StaticRuntime(mod)
+        for i in range(40):
+            j = (k + i) % len(inputs)
+            torch.testing.assert_close(rt(inputs[j]), expected[j], rtol=0, atol=0)
+        return True
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(work, range(4)))
