@@ -57,6 +57,7 @@ _counter = itertools.count()
 _INLINE = {
     "prim::ListConstruct", "prim::TupleConstruct", "prim::TupleUnpack", "prim::ListUnpack",
     "prim::unchecked_cast", "aten::__is__", "aten::__isnot__", "aten::__not__",
+    "prim::DictConstruct",
 }
 
 
@@ -395,6 +396,8 @@ class _Emitter:
             expr = f"[{args}]"
         elif kind == "prim::TupleConstruct":
             expr = f"({args},)" if args else "()"
+        elif kind == "prim::DictConstruct":
+            expr = "{" + ", ".join(f"{k}: {v}" for k, v in zip(ins[0::2], ins[1::2])) + "}"
         elif kind == "prim::unchecked_cast":
             expr = ins[0]
         elif kind == "aten::__is__":

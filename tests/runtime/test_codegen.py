@@ -169,3 +169,21 @@ def f(x: torch.Tensor, y: torch.Tensor):
     with pytest.raises(RuntimeError) as info:
         rt(torch.randn(3, 4), torch.randn(2, 4))
     assert "static_runtime::add" in info.value.__notes__[0]
+
+
+def test_dict_construction_is_a_display_with_the_interpreters_semantics():
+    """``prim::DictConstruct`` is a dict display in the generated line; keys equal at run
+    time keep the last value, as in TorchScript."""
+    src = """
+def f(x: torch.Tensor, k1: str, k2: str) -> Dict[str, torch.Tensor]:
+    return {k1: x + 1.0, k2: x * 2.0, "c": x}
+"""
+    s = script(src)
+    mod = sr.StaticModule(s)
+    x = torch.randn(3)
+    for keys in (("a", "b"), ("a", "a"), ("c", "b")):
+        for _ in range(2):
+            got, want = mod(x, *keys), s(x, *keys)
+            assert list(got) == list(want)
+            assert_same(got, want)
+    assert "DictConstruct(" not in mod.code and ": x_1 + 1.0" not in mod.code
