@@ -186,4 +186,4 @@ def f(x: torch.Tensor, k1: str, k2: str) -> Dict[str, torch.Tensor]:
             got, want = mod(x, *keys), s(x, *keys)
             assert list(got) == list(want)
             assert_same(got, want)
-    assert "DictConstruct(" not in mod.code and ": x_1 + 1.0" not in mod.code
+    assert "DictConstruct(" not in mod.code
