@@ -51,14 +51,16 @@ class LayoutCache:
 
 def signature(inputs: list[Any]) -> tuple:
     """What a memory layout depends on: tensor dtypes and shapes (inside lists and tuples
-    too), and the values of ints, bools and strings, which may shape intermediates."""
+    too), the device of a tensor not on the CPU, and the values of ints, bools and strings,
+    which may shape intermediates."""
     Tensor = torch.Tensor
-    return tuple([(x.dtype, x.shape) if type(x) is Tensor else _sig(x) for x in inputs])
+    return tuple([(x.dtype, x.shape) if type(x) is Tensor and x.is_cpu else _sig(x)
+                  for x in inputs])
 
 
 def _sig(x: Any) -> Hashable:
     if isinstance(x, torch.Tensor):
-        return (x.dtype, x.shape)
+        return (x.dtype, x.shape) if x.is_cpu else (x.dtype, x.shape, x.device)
     if isinstance(x, (int, str)):  # bool is an int
         return (type(x), x)
     if isinstance(x, (list, tuple)):

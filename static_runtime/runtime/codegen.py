@@ -539,6 +539,8 @@ class _Emitter:
                 if is_tensor:
                     header.append(f"    _dtype{i}, _shape{i} = _key[{i}]")
                     checks.append(f"{param}.dtype is not _dtype{i} or {param}.shape != _shape{i}")
+                    if self.spec is not None and self.spec.assumes_device:
+                        checks.append(f"not {param}.is_cpu")
                 else:
                     header.append(f"    _key{i} = _key[{i}]")
                     checks.append(f"_sig({param}) != _key{i}")

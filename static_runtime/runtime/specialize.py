@@ -13,8 +13,12 @@ code then binds folded values as literals and leaves out the nodes nobody needs 
 
 Soundness rules:
 
-* facts only come from the guard's key and from the graph's constants; a device, strides,
-  contiguity or ``requires_grad`` are not in the key and are never assumed;
+* facts only come from the guard's key and from the graph's constants; strides,
+  contiguity or ``requires_grad`` are not in the key and are never assumed. A tensor's
+  device is (the CPU unless the key names another), but checking it costs ~50 ns a tensor,
+  so the guard checks it only in code that folds a ``prim::device``; the device of a tensor
+  an operator computes is its ``Device`` argument's, or else its tensor arguments' common
+  one (a meta run computes on the meta device, standing for it);
 * the dtype and shape of a tensor an operator computes are facts when its arguments' are:
   the operator runs on meta tensors of those dtypes and shapes (an output's size never
   depends on its inputs' strides). Not for operators whose sizes depend on data (PyTorch's
@@ -67,10 +71,12 @@ class Const:
 
 @dataclass(frozen=True)
 class TensorFact:
-    """The value is a tensor of this dtype and shape (its device and strides are unknown)."""
+    """The value is a tensor of this dtype and shape, on ``device`` (None: unknown); its
+    strides are unknown."""
 
     dtype: torch.dtype
     shape: tuple[int, ...]
+    device: torch.device | None = None
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,7 @@ class ValueFact(TensorFact):
     buffer). The node computing it still runs when its tensor is used; the fact lets what
     is read from it (``aten::Int``) fold."""
 
-    value: torch.Tensor = field(compare=False, repr=False)
+    value: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
 
 #: The most bytes a tensor computed at specialisation may have (``ValueFact``); a graph
@@ -104,7 +110,9 @@ _METADATA_KINDS = frozenset({"aten::dim", "aten::size", "aten::numel", "prim::dt
 #: Operators run on meta tensors or known values at specialisation: PyTorch's and ours.
 _OWN_NAMESPACES = frozenset({"aten", "prim", "static_runtime"})
 _SCALAR_TYPES = frozenset({"int", "bool", "float", "str"})
-_CONST_TYPES = (int, float, str, bool, type(None), torch.dtype)
+_CONST_TYPES = (int, float, str, bool, type(None), torch.dtype, torch.device)
+_CPU = torch.device("cpu")
+_META = torch.device("meta")
 
 
 @dataclass
@@ -117,12 +125,17 @@ class Specialization:
     taken: dict[Node, int] = field(default_factory=dict)
     #: nodes whose results nobody needs once the above is folded (not emitted)
     dropped: set[Node] = field(default_factory=set)
+    #: the code folds devices: its guard must check that input tensors are where the key
+    #: says (``memory.cache.signature``: on the CPU unless it names a device)
+    assumes_device: bool = False
 
 
 def key_fact(k: Any) -> Fact | None:
     """The fact a signature entry (``memory.cache._sig``'s form) guarantees, if any."""
     if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype):
-        return TensorFact(k[0], tuple(k[1]))
+        return TensorFact(k[0], tuple(k[1]), _CPU)  # ``_sig``: no device means the CPU
+    if isinstance(k, tuple) and len(k) == 3 and isinstance(k[0], torch.dtype):
+        return TensorFact(k[0], tuple(k[1]), k[2])
     if k is type(None):
         return Const(None)
     if isinstance(k, tuple) and len(k) == 2:
@@ -203,7 +216,7 @@ class Specializer:
                 run.facts[slot] = Const(const)
             elif isinstance(const, torch.Tensor) and const.layout is torch.strided:
                 if not const.is_meta:
-                    run.set(slot, ValueFact(const.dtype, tuple(const.shape), const))
+                    run.set(slot, _tensor_fact(const, real=True, limit=False))
             else:
                 run.set(slot, _value_fact(const))  # lists and tuples
         for slot, k in zip(plan.block.inputs, key):
@@ -211,7 +224,7 @@ class Specializer:
             if fact is not None and self.stable(slot, fact):
                 run.facts[slot] = fact
         run.block(plan.block)
-        spec = Specialization(taken=run.taken)
+        spec = Specialization(taken=run.taken, assumes_device=run.uses_device)
         spec.known = {s: f.value for s, f in run.facts.items()
                       if isinstance(f, Const) and s in run.folded}
         for s, f in run.facts.items():
@@ -232,6 +245,8 @@ class _Run:
         self.folded: set[int] = set()
         #: nodes whose tensor outputs have facts from a meta run (they always run)
         self.computed: set[Node] = set()
+        #: a ``prim::device`` was folded: the code assumes its input tensors' devices
+        self.uses_device = False
 
     def set(self, slot: int, fact: Fact | None) -> None:
         if fact is not None and self.owner.stable(slot, fact):
@@ -268,7 +283,7 @@ class _Run:
             first = self.facts.get(pn.inputs[0]) if pn.inputs else None
             if (isinstance(first, TensorFact) and len(pn.outputs) == 1
                     and self.owner.returns_written_self(pn.node)):
-                self.set(pn.outputs[0], TensorFact(first.dtype, first.shape))
+                self.set(pn.outputs[0], TensorFact(first.dtype, first.shape, first.device))
             return
         facts = [self.facts.get(s) for s in pn.inputs]
         for out, fact in zip(pn.outputs, self.evaluate(pn, facts)):
@@ -299,6 +314,12 @@ class _Run:
             return []
         if kind in _METADATA_KINDS and facts and isinstance(facts[0], TensorFact):
             return [self._metadata(pn, facts)]
+        if kind == "prim::device" and facts and isinstance(facts[0], TensorFact):
+            device = facts[0].device
+            if device is None:
+                return []
+            self.uses_device = True
+            return [Const(device)]
         if facts and all(isinstance(f, Const) for f in facts) and _scalar_only(pn.node.schema):
             return [_call(pn, [f.value for f in facts], S.parse(pn.node.schema).returns[0].type)]
         return self._tensor_facts(pn, facts)
@@ -316,7 +337,9 @@ class _Run:
             return []
         out: list[Fact | None] = []
         if tensor_out and not S.tags(pn.node.schema) & S.DATA_DEPENDENT_TAGS:
-            out = _run_on(pn, facts, real=False, fact=_tensor_fact)
+            device = _result_device(pn, facts)
+            out = _run_on(pn, facts, real=False,
+                          fact=lambda x: _tensor_fact(x, device=device))
         if known and all(f is None or _small(f) for f in out):
             values = _run_on(pn, facts, real=True, fact=_value_fact)
             if values:
@@ -353,14 +376,54 @@ def _run_on(pn: ProcessedNode, facts: list[Fact | None], real: bool, fact) -> li
     args = [_fact_value(f, real) for f in facts]
     if any(a is _UNKNOWN for a in args):
         return []
+    fn = pn.fn if real else _meta_callable(pn)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            value = pn.fn(*args)
+            value = fn(*args)
     except Exception:  # noqa: BLE001  (needs data, or would raise: leave it to the call)
         return []
     values = [value] if len(pn.outputs) == 1 else list(value)
     return [fact(x) for x in values]
+
+
+_meta_callables: dict[str, Any] = {}
+
+
+def _meta_callable(pn: ProcessedNode) -> Any:
+    """What runs ``pn`` on meta tensors: an ATen operator's ``torch.ops`` overload, which
+    takes every argument as given (an implementation may have baked constants in, a
+    ``Device`` among them, which a meta run must replace); else the node's own."""
+    schema = pn.node.schema
+    fn = _meta_callables.get(schema)
+    if fn is None:
+        from static_runtime.ops.fallback import bind_overload
+
+        info = S.parse(schema)
+        op = S.resolve_overload(schema) if info.namespace == "aten" else None
+        fn = pn.fn if op is None else bind_overload(op, info, len(pn.node.inputs))
+        if op is not None:
+            _meta_callables[schema] = fn
+    return fn
+
+
+def _result_device(pn: ProcessedNode, facts: list[Fact | None]) -> torch.device | None:
+    """Where the tensors ``pn`` returns are: its ``Device`` argument's, or else its tensor
+    arguments' common device (ATen's rule); None if unknown."""
+    info = S.parse(pn.node.schema)
+    found: set[torch.device | None] = set()
+    for arg, f in zip(info.arguments, facts):
+        if arg.type in ("Device", "Device?"):
+            if not isinstance(f, Const):
+                return None
+            if f.value is not None:
+                return f.value if isinstance(f.value, torch.device) else None
+    for f in facts:
+        if isinstance(f, TensorFact):
+            found.add(f.device)
+        elif isinstance(f, SeqFact):
+            found.update(e.device for e in f.elems if isinstance(e, TensorFact))
+    return found.pop() if len(found) == 1 else None
 
 
 def _small(f: Fact) -> bool:
@@ -381,7 +444,8 @@ def _fact_value(f: Fact | None, real: bool) -> Any:
     """A value standing for what ``f`` says: the value itself where known and ``real``,
     else a meta tensor for a tensor fact."""
     if isinstance(f, Const):
-        return f.value
+        # (on meta tensors, a device argument is the meta device: where they stand for)
+        return _META if not real and isinstance(f.value, torch.device) else f.value
     if isinstance(f, ValueFact) and real:
         return f.value
     if isinstance(f, TensorFact):
@@ -394,16 +458,19 @@ def _fact_value(f: Fact | None, real: bool) -> Any:
     return _UNKNOWN
 
 
-def _tensor_fact(x: Any, real: bool = False) -> Fact | None:
-    """The fact a meta run's result gives: tensors and lists of tensors only (with
-    ``real``, a small real tensor's value too)."""
+def _tensor_fact(x: Any, real: bool = False, limit: bool = True,
+                 device: torch.device | None = None) -> Fact | None:
+    """The fact a run's result gives: tensors and lists of tensors only (with ``real``, a
+    real tensor's value too: a small one's, or any one's without ``limit``). A meta run's
+    tensors are on ``device``, if it is known."""
     if isinstance(x, torch.Tensor):
-        if (real and x.numel() * x.element_size() <= VALUE_FACT_BYTES
-                and x.layout is torch.strided):
-            return ValueFact(x.dtype, tuple(x.shape), x)
-        return TensorFact(x.dtype, tuple(x.shape))
+        where = device if x.is_meta else x.device
+        if real and not x.is_meta and x.layout is torch.strided and (
+                not limit or x.numel() * x.element_size() <= VALUE_FACT_BYTES):
+            return ValueFact(x.dtype, tuple(x.shape), where, x)
+        return TensorFact(x.dtype, tuple(x.shape), where)
     if isinstance(x, (list, tuple)) and x and all(isinstance(e, torch.Tensor) for e in x):
-        return SeqFact(type(x), tuple(TensorFact(e.dtype, tuple(e.shape)) for e in x))
+        return SeqFact(type(x), tuple(_tensor_fact(e, device=device) for e in x))
     return None
 
 
