@@ -41,6 +41,11 @@ class Binder:
             raise ValueError("graph signature and graph inputs disagree in number")
         self.n = len(self.types)
         self._checks = [_checker(t) for t in self.types]
+        if type(self).bind is Binder.bind:
+            # The common call compiled (an instance attribute, so ``binder.bind(args,
+            # kwargs)`` calls it directly): every argument by position, each of exactly the
+            # type the signature names; anything else takes the general ``bind``.
+            self.bind = _fast_binder(self.types, self._checks, Binder.bind.__get__(self))
 
     def bind(self, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
         n = self.n
@@ -91,6 +96,34 @@ class Binder:
 
 
 _BAD = object()
+
+#: Types whose values a generated binder accepts by ``type(x) is ...``: the checker accepts
+#: exactly those unchanged (a subclass, an int for a float... take the general path).
+_EXACT = {"Tensor": torch.Tensor, "int": int, "float": float, "bool": bool, "str": str}
+
+
+def _fast_binder(types: list[T.Type], checks: list, general):
+    n = len(types)
+    params = [f"a{i}" for i in range(n)]
+    tests, namespace = [], {"general": general}
+    for i, (t, check) in enumerate(zip(types, checks)):
+        exact = _EXACT.get("Tensor" if isinstance(t, T.TensorType) else str(t))
+        if exact is not None:
+            namespace[f"t{i}"] = exact
+            tests.append(f"type(a{i}) is t{i}")
+        elif check is not None:
+            namespace[f"c{i}"] = check
+            tests.append(f"c{i}(a{i}) is a{i}")
+    unpack = f"        {', '.join(params)}, = args\n" if n else ""
+    cond = " and ".join(tests) or "True"
+    src = (f"def bind(args, kwargs):\n"
+           f"    if not kwargs and len(args) == {n}:\n"
+           f"{unpack}"
+           f"        if {cond}:\n"
+           f"            return [{', '.join(params)}]\n"
+           f"    return general(args, kwargs)\n")
+    exec(compile(src, "<static_runtime binder>", "exec"), namespace)  # noqa: S102
+    return namespace["bind"]
 
 
 def _describe(value: Any) -> str:

@@ -143,6 +143,17 @@ def test_arguments_by_keyword_and_default_still_work(typed_module):
     assert_same(typed_module(x, 2, scale=0.5), x)
 
 
+def test_positional_calls_of_other_exact_types_take_the_general_binder(typed_module):
+    """The compiled binder accepts only exactly the named types; a subclass, an int for a
+    float and a bool for an int go through the general one (converted, or refused)."""
+    x = torch.arange(3.0)
+    assert_same(typed_module(x, 2, 0.5), x)
+    assert_same(typed_module(torch.nn.Parameter(x, requires_grad=False), 2, 0.5), x)
+    assert_same(typed_module(x, 2, 1), x * 2)  # an int where a float is declared
+    assert "got bool" in _argument_error(typed_module, x, True, 0.5)
+    assert "got int" in _argument_error(typed_module, 3, 2, 0.5)
+
+
 def _appends(xs: list[torch.Tensor], n: list[int]) -> list[torch.Tensor]:
     xs.append(xs[0] + 1)
     n.append(3)
