@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import RETURN, Graph, Node, Value
 from static_runtime.ops import schema as S
@@ -159,11 +161,67 @@ def _note_value(value: Value, db: AliasDb, wanted: set, steps: dict[Node, int], 
             last_use_of_class[cls] = latest
 
 
+_INDEX = "aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"
+#: Operators whose tensor result has its first tensor argument's dtype (views, copies).
+_SAME_DTYPE = frozenset({
+    "aten::unsqueeze", "aten::squeeze", "aten::view", "aten::reshape", "aten::expand",
+    "aten::slice", "aten::select", "aten::transpose", "aten::permute", "aten::contiguous",
+    "aten::clone", "aten::flatten", "aten::t", "aten::detach"})
+#: Arithmetic whose result is a bool or byte mask only if every tensor argument is one.
+_PROMOTING = frozenset({"aten::add", "aten::sub", "aten::mul", "static_runtime::add",
+                        "static_runtime::sub"})
+_INDEX_DTYPES = (torch.int64, torch.int32, torch.int16, torch.int8)
+
+
+def integer_indexing(node: Node) -> bool:
+    """Whether ``node`` is ``aten::index.Tensor`` with indices that cannot be masks: every
+    index a tensor the graph computes with an integer dtype (``arange`` and what views and
+    arithmetic make of it). Such indexing takes its result's shape from the indices' shapes,
+    not from data (PyTorch's ``dynamic_output_shape`` tag is for the bool and byte masks)."""
+    if node.schema is None or not S.matches(node.schema, _INDEX):
+        return False
+    build = node.inputs[1].node
+    if build.kind != "prim::ListConstruct":
+        return False
+    return all(v.node.kind == "prim::Constant" and v.node.attrs.get("value") is None
+               or _integer_tensor(v, 0) for v in build.inputs)
+
+
+def _integer_tensor(v: Value, depth: int) -> bool:
+    """Whether ``v`` is surely a tensor of an integer, non-byte dtype (a few steps back)."""
+    if depth > 16:
+        return False
+    node = v.node
+    kind = node.kind
+    if kind == "prim::Constant":
+        c = node.attrs.get("value")
+        return isinstance(c, torch.Tensor) and c.dtype in _INDEX_DTYPES
+    if kind == "aten::arange":
+        # (the dtype argument is the fourth from the end in every overload; None: int64
+        # for integer bounds, a float dtype otherwise, never a mask)
+        dtype = node.inputs[-4] if len(node.inputs) >= 5 else None
+        if dtype is None or dtype.node.kind != "prim::Constant":
+            return False
+        d = dtype.node.attrs.get("value")
+        return d is None or d in _SCALAR_TYPE_CODES or d in _INDEX_DTYPES
+    if kind in _SAME_DTYPE:
+        return _integer_tensor(node.inputs[0], depth + 1)
+    if kind in _PROMOTING:
+        return any(isinstance(i.type, T.TensorType) and _integer_tensor(i, depth + 1)
+                   for i in node.inputs)
+    return False
+
+
+#: TorchScript's ScalarType codes of ``_INDEX_DTYPES`` (int8 1, int16 2, int32 3, int64 4)
+_SCALAR_TYPE_CODES = frozenset({1, 2, 3, 4})
+
+
 def data_dependent_sizes(graph: Graph) -> set[Value]:
     """Values whose size (or, for scalars, whose value) may depend on tensor data.
 
     Seeded by PyTorch's operator tags (``dynamic_output_shape``: ``nonzero``,
-    ``masked_select``, boolean indexing; ``data_dependent_output``: ``item``) and carried
+    ``masked_select``, boolean indexing — not indexing with integer indices the graph
+    computes, ``integer_indexing``; ``data_dependent_output``: ``item``) and carried
     forward through every node that consumes such a value; a control-flow node's outputs
     are tainted by anything inside its blocks. Conversions that have no tags
     (``aten::Int(Tensor)``) are not seen here; the runtime still copes with a managed value
@@ -176,8 +234,9 @@ def data_dependent_sizes(graph: Graph) -> set[Value]:
             inner = False
             for b in node.blocks:  # every block, no short cut: each taints its own nodes
                 inner = visit(b) or inner
-            seeded = node.schema is not None and bool(
-                S.tags(node.schema) & S.DATA_DEPENDENT_TAGS)
+            seeded = (node.schema is not None and bool(S.tags(node.schema)
+                                                       & S.DATA_DEPENDENT_TAGS)
+                      and not integer_indexing(node))
             if seeded or inner or any(v in tainted for v in node.inputs):
                 tainted.update(node.outputs)
                 any_tainted = True

@@ -310,6 +310,10 @@ class _Run:
             return [Const(len(facts[0].elems))]
         if kind in ("aten::__is__", "aten::__isnot__"):
             return [_identity(kind, *facts)]
+        if kind in _VARIADIC and pn.fn is not None:
+            # our own variadic cat/stack (no schema): tensors in, one tensor out
+            return _run_on(pn, facts, real=False,
+                           fact=lambda x: _tensor_fact(x, device=_common_device(facts)))
         if len(pn.outputs) != 1 or pn.fn is None or pn.node.schema is None:
             return []
         if kind in _METADATA_KINDS and facts and isinstance(facts[0], TensorFact):
@@ -336,7 +340,8 @@ class _Run:
         if not tensor_out and not (known and any(isinstance(f, ValueFact) for f in facts)):
             return []
         out: list[Fact | None] = []
-        if tensor_out and not S.tags(pn.node.schema) & S.DATA_DEPENDENT_TAGS:
+        if tensor_out and (not S.tags(pn.node.schema) & S.DATA_DEPENDENT_TAGS
+                           or _integer_indices(pn, facts)):
             device = _result_device(pn, facts)
             out = _run_on(pn, facts, real=False,
                           fact=lambda x: _tensor_fact(x, device=device))
@@ -395,6 +400,8 @@ def _meta_callable(pn: ProcessedNode) -> Any:
     takes every argument as given (an implementation may have baked constants in, a
     ``Device`` among them, which a meta run must replace); else the node's own."""
     schema = pn.node.schema
+    if schema is None:
+        return pn.fn
     fn = _meta_callables.get(schema)
     if fn is None:
         from static_runtime.ops.fallback import bind_overload
@@ -407,17 +414,35 @@ def _meta_callable(pn: ProcessedNode) -> Any:
     return fn
 
 
+_VARIADIC = frozenset({"prim::VarConcat", "prim::VarStack"})
+_INDEX = "aten::index.Tensor(Tensor self, Tensor?[] indices) -> Tensor"
+_INTEGER = frozenset({torch.int64, torch.int32, torch.int16, torch.int8})
+
+
+def _integer_indices(pn: ProcessedNode, facts: list[Fact | None]) -> bool:
+    """``aten::index.Tensor`` whose indices are known to be integer tensors (no bool or byte
+    mask): its result's shape comes from theirs, not from data."""
+    if pn.node.schema != _INDEX or len(facts) != 2 or not isinstance(facts[1], SeqFact):
+        return False
+    return all(isinstance(f, TensorFact) and f.dtype in _INTEGER
+               or isinstance(f, Const) and f.value is None for f in facts[1].elems)
+
+
 def _result_device(pn: ProcessedNode, facts: list[Fact | None]) -> torch.device | None:
     """Where the tensors ``pn`` returns are: its ``Device`` argument's, or else its tensor
     arguments' common device (ATen's rule); None if unknown."""
     info = S.parse(pn.node.schema)
-    found: set[torch.device | None] = set()
     for arg, f in zip(info.arguments, facts):
         if arg.type in ("Device", "Device?"):
             if not isinstance(f, Const):
                 return None
             if f.value is not None:
                 return f.value if isinstance(f.value, torch.device) else None
+    return _common_device(facts)
+
+
+def _common_device(facts: list[Fact | None]) -> torch.device | None:
+    found: set[torch.device | None] = set()
     for f in facts:
         if isinstance(f, TensorFact):
             found.add(f.device)

@@ -140,6 +140,31 @@ def f(x: torch.Tensor):
         torch.testing.assert_close(mod(x), ref(x))
 
 
+def test_indexing_with_computed_integer_indices_is_not_sized_by_data():
+    """``aten::index`` is tagged dynamic_output_shape for its mask form; with indices the
+    graph computes as integers (``arange`` and views of it, as Hugging Face's mask code
+    does) the result's shape is the indices', and what follows is managed. A mask keeps
+    the taint."""
+    src = """
+def f(x: torch.Tensor, m: torch.Tensor):
+    rows = torch.arange(x.size(0))[:, None]
+    cols = torch.arange(x.size(1)) + 0
+    y = torch.exp(x[rows, cols])
+    z = torch.exp(x[m > 0])
+    return torch.sigmoid(y).sum() + torch.sigmoid(z).sum()
+"""
+    mod = sr.StaticModule(script(src), options=VERIFY)
+    managed = [pn for pn in mod.plan.nodes() if pn.managed]
+    kinds = [pn.kind for pn in managed]
+    assert kinds.count("aten::exp") == 1 and "aten::sigmoid" in kinds
+    ref = script(src)
+    for x, m in ((torch.randn(3, 4), torch.randn(3, 4)), (torch.randn(5, 2), torch.randn(5, 2))):
+        for _ in range(2):
+            torch.testing.assert_close(mod(x, m), ref(x, m))
+    code = mod.code.split("    def run(", 1)[1]
+    assert ".size(" not in code  # the indexed tensor's shape is a fact of the signature
+
+
 def test_a_managed_value_that_outgrows_its_plan_is_allocated_instead():
     # The size comes through int(tensor), which has no tag: the runtime finds out when
     # PyTorch refuses to grow the arena tensor, and allocates that value from then on.
