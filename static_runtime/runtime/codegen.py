@@ -38,6 +38,7 @@ from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node, Value
 from static_runtime.memory.cache import _sig, signature
 from static_runtime.ops import schema as S
+from static_runtime.ops.native.scalars import _wrap as wrap_int64
 from static_runtime.ops.registry import Const as InlineConst
 from static_runtime.ops.registry import Tier, inline_call
 from static_runtime.runtime.futures import fork
@@ -61,12 +62,35 @@ _INLINE = {
 }
 
 
+
+
+def _wrapped(op: str) -> str:
+    """``a <op> b`` on int64s: Python's result when in range, else wrapped around."""
+    return ("(_t if -9223372036854775808 <= (_t := {0} " + op + " {1}) <= 9223372036854775807"
+            " else _wrap64(_t))")
+
+
 #: Native operators whose Python meaning is an expression, by exact schema.
 _SCHEMA_EXPRESSIONS = {
     "aten::dim(Tensor self) -> int": "{0}.dim()",
     "aten::len.t(t[] a) -> int": "len({0})",
     "aten::size.int(Tensor self, int dim) -> int": "{0}.size({1})",
     "aten::__getitem__.t(t[](a) list, int idx) -> t(*)": "{0}[{1}]",
+    # IEEE doubles and bit operations: Python's operators are TorchScript's exactly
+    "aten::add.float(float a, float b) -> float": "({0} + {1})",
+    "aten::sub.float(float a, float b) -> float": "({0} - {1})",
+    "aten::mul.float(float a, float b) -> float": "({0} * {1})",
+    "aten::__and__.bool(bool a, bool b) -> bool": "({0} & {1})",
+    "aten::__or__.bool(bool a, bool b) -> bool": "({0} | {1})",
+    "aten::__xor__.bool(bool a, bool b) -> bool": "({0} ^ {1})",
+    "aten::__and__.int(int a, int b) -> int": "({0} & {1})",
+    "aten::__or__.int(int a, int b) -> int": "({0} | {1})",
+    "aten::__xor__.int(int a, int b) -> int": "({0} ^ {1})",
+    # int64 arithmetic: Python's, wrapped around at 64 bits when it leaves the range (as
+    # the native does, ``ops/native/scalars.py``), with the range test inline
+    "aten::add.int(int a, int b) -> int": _wrapped("+"),
+    "aten::sub.int(int a, int b) -> int": _wrapped("-"),
+    "aten::mul.int(int a, int b) -> int": _wrapped("*"),
 }
 _COMPARISONS = {"aten::eq": "==", "aten::ne": "!=", "aten::lt": "<", "aten::le": "<=",
                 "aten::gt": ">", "aten::ge": ">="}
@@ -164,8 +188,8 @@ class _Emitter:
         self.names = _Names()
         self.names.used.update({"_refused", "_key", "_sig", "SignatureChanged", "_clock",
                                 "_hoist", "_dirty", "_at", "_hoisted", "_check_hoisted",
-                                "HoistRefused"})
-        self.globals: dict[str, Any] = {}
+                                "HoistRefused", "_t", "_wrap64"})
+        self.globals: dict[str, Any] = {"_wrap64": wrap_int64}
         self.lines: list[str] = []
         self.line_nodes: dict[int, tuple[ProcessedNode, ...]] = {}
         self.stack: list[ProcessedNode] = []  # enclosing control-flow nodes

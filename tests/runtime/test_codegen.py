@@ -187,3 +187,25 @@ def f(x: torch.Tensor, k1: str, k2: str) -> Dict[str, torch.Tensor]:
             assert list(got) == list(want)
             assert_same(got, want)
     assert "DictConstruct(" not in mod.code
+
+
+def test_scalar_arithmetic_is_an_expression_with_torchscripts_int64_semantics():
+    """int add/sub/mul are Python's operators, wrapped around at 64 bits as TorchScript's
+    int64 arithmetic is; bool/int bit operations and float arithmetic are Python's."""
+    src = """
+def f(x: torch.Tensor) -> Tuple[int, int, bool, float, int]:
+    a = int(x[0])
+    b = int(x[1])
+    c = float(x[2])
+    big = a * b
+    return big + a, a - b * b, (a > 0) & (b > 0) | (a == b), c * 2.0 - c + 0.5, a ^ b
+"""
+    s = script(src)
+    mod = sr.StaticModule(s)
+    cases = [torch.tensor([3.0, 4.0, 0.25]), torch.tensor([-7.0, 2.0, 1.5]),
+             torch.tensor([2.0**40, 2.0**30, 3.0]), torch.tensor([-(2.0**62), 4.0, -1.0])]
+    for x in cases:
+        for _ in range(2):
+            assert mod(x) == s(x)
+    run = mod.code.split("    def run(", 1)[1]
+    assert "_t :=" in run and " & " in run and "_f_mul" not in run
