@@ -105,12 +105,17 @@ _EXACT = {"Tensor": torch.Tensor, "int": int, "float": float, "bool": bool, "str
 def _fast_binder(types: list[T.Type], checks: list, general):
     n = len(types)
     params = [f"a{i}" for i in range(n)]
-    tests, namespace = [], {"general": general}
+    values = list(params)
+    tests, namespace = [], {"general": general, "tensor_types": frozenset({torch.Tensor})}
     for i, (t, check) in enumerate(zip(types, checks)):
         exact = _EXACT.get("Tensor" if isinstance(t, T.TensorType) else str(t))
         if exact is not None:
             namespace[f"t{i}"] = exact
             tests.append(f"type(a{i}) is t{i}")
+        elif isinstance(t, T.ListType) and isinstance(t.elem, T.TensorType):
+            # a list of tensors: copied, as the general checker does (the graph may write it)
+            tests.append(f"type(a{i}) is list and {{*map(type, a{i})}} <= tensor_types")
+            values[i] = f"list(a{i})"
         elif check is not None:
             namespace[f"c{i}"] = check
             tests.append(f"c{i}(a{i}) is a{i}")
@@ -120,7 +125,7 @@ def _fast_binder(types: list[T.Type], checks: list, general):
            f"    if not kwargs and len(args) == {n}:\n"
            f"{unpack}"
            f"        if {cond}:\n"
-           f"            return [{', '.join(params)}]\n"
+           f"            return [{', '.join(values)}]\n"
            f"    return general(args, kwargs)\n")
     exec(compile(src, "<static_runtime binder>", "exec"), namespace)  # noqa: S102
     return namespace["bind"]

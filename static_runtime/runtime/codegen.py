@@ -165,7 +165,7 @@ def _literal(value: Any) -> str | None:
 
 class _Emitter:
     def __init__(self, plan: ExecutionPlan, arena: frozenset[int], title: str,
-                 guard: tuple[bool, ...] | None, timed: frozenset[int] | None = None,
+                 guard: tuple[bool | tuple[str, int], ...] | None, timed: frozenset[int] | None = None,
                  spec: Specialization | None = None, hoisting: Hoisting | None = None):
         self.plan = plan
         #: views of arena tensors taken once per layout (``runtime.hoist``)
@@ -559,12 +559,23 @@ class _Emitter:
             # path, before anything ran, when it differs.
             self.globals["_sig"] = _sig
             self.globals["SignatureChanged"] = SignatureChanged
-            for i, (param, is_tensor) in enumerate(zip(params, self.guard)):
-                if is_tensor:
+            on_cpu = self.spec is not None and self.spec.assumes_device
+            for i, (param, kind) in enumerate(zip(params, self.guard)):
+                if kind is True:
                     header.append(f"    _dtype{i}, _shape{i} = _key[{i}]")
                     checks.append(f"{param}.dtype is not _dtype{i} or {param}.shape != _shape{i}")
-                    if self.spec is not None and self.spec.assumes_device:
+                    if on_cpu:
                         checks.append(f"not {param}.is_cpu")
+                elif isinstance(kind, tuple):  # ("list", n): a list of n tensors
+                    n = kind[1]
+                    header.append(f"    _elems{i} = _key[{i}][1]")
+                    checks.append(f"type({param}) is not list or len({param}) != {n}")
+                    for j in range(n):
+                        header.append(f"    _dtype{i}_{j}, _shape{i}_{j} = _elems{i}[{j}]")
+                        checks.append(f"{param}[{j}].dtype is not _dtype{i}_{j} or "
+                                      f"{param}[{j}].shape != _shape{i}_{j}")
+                        if on_cpu:
+                            checks.append(f"not {param}[{j}].is_cpu")
                 else:
                     header.append(f"    _key{i} = _key[{i}]")
                     checks.append(f"_sig({param}) != _key{i}")
@@ -660,13 +671,32 @@ def _absorbed_lists(plan: ExecutionPlan, spec: Specialization | None
     return out
 
 
+#: Lists of at most this many tensors get their elements checked one by one in a guard.
+_GUARD_LIST_MAX = 32
+
+
+def _guard_kind(k: Any, t: T.Type) -> bool | tuple[str, int]:
+    """How generated code checks an input against its signature entry ``k``: True, a
+    tensor's dtype and shape directly (for inputs typed ``Tensor``: an ``Optional[Tensor]``
+    may be None on the next call); ``("list", n)``, a ``List[Tensor]`` of n CPU tensors
+    element by element; False, ``_sig`` (which compares anything)."""
+    if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype):
+        return isinstance(t, T.TensorType)
+    if (isinstance(t, T.ListType) and isinstance(t.elem, T.TensorType) and isinstance(k, tuple)
+            and len(k) == 2 and k[0] is list and len(k[1]) <= _GUARD_LIST_MAX
+            and all(isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], torch.dtype)
+                    for e in k[1])):
+        return ("list", len(k[1]))
+    return False
+
+
 class SignatureChanged(Exception):
     """Raised by generated code, before running anything, when the inputs' signature is not
     the one its memory layout was planned for."""
 
 
 def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str,
-             guard: tuple[bool, ...] | None = None, timed: frozenset[int] | None = None,
+             guard: tuple[bool | tuple[str, int], ...] | None = None, timed: frozenset[int] | None = None,
              spec: Specialization | None = None, hoisting: Hoisting | None = None
              ) -> GeneratedCode:
     """Generate, compile and return the code for ``plan`` with ``arena_slots`` in the arena;
@@ -714,7 +744,7 @@ class CodeCache:
         self._lock = threading.Lock()
         self.latest: GeneratedCode | None = None
 
-    def spec_for(self, guard: tuple[bool, ...] | None, key: tuple | None
+    def spec_for(self, guard: tuple[bool | tuple[str, int], ...] | None, key: tuple | None
                  ) -> Specialization | None:
         """What code guarded by ``key`` may fold (None when not specialising)."""
         if self.specializer is None or guard is None or key is None:
@@ -740,7 +770,7 @@ class CodeCache:
             self.not_views = self.not_views | {node}
 
     def get(self, arena_slots: frozenset[int], layout_id: int | None,
-            guard: tuple[bool, ...] | None = None, key: tuple | None = None) -> GeneratedCode:
+            guard: tuple[bool | tuple[str, int], ...] | None = None, key: tuple | None = None) -> GeneratedCode:
         specialized = self.specializer is not None and guard is not None and key is not None
         not_views = self.not_views
         cache_key = (layout_id, arena_slots, guard, key if specialized else None, not_views)
@@ -868,9 +898,7 @@ class CodegenExecutor(Interpreter):
             return None
         # The direct tensor check only for inputs typed ``Tensor``: an ``Optional[Tensor]``
         # may be None on the next call (``_sig`` compares anything).
-        guard = tuple(isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype)
-                      and isinstance(v.type, T.TensorType)
-                      for k, v in zip(self._key, self.plan.graph.inputs))
+        guard = tuple(_guard_kind(k, v.type) for k, v in zip(self._key, self.plan.graph.inputs))
         if self._own_key:
             # Checking the signature costs time on every call: only worth it when the code
             # for this signature folds something (otherwise the generic code runs, as it

@@ -209,3 +209,25 @@ def f(x: torch.Tensor) -> Tuple[int, int, bool, float, int]:
             assert mod(x) == s(x)
     run = mod.code.split("    def run(", 1)[1]
     assert "_t :=" in run and " & " in run and "_f_mul" not in run
+
+
+def test_a_list_of_tensors_is_checked_element_by_element():
+    """The guard of a ``List[Tensor]`` input checks its length and each element's dtype and
+    shape inline; any change hands back to the general path and gets code of its own; a
+    list holding something else is refused by the binder, which copies the list."""
+    src = """
+def f(xs: List[torch.Tensor]) -> torch.Tensor:
+    acc = torch.relu(xs[0] * 2.0)
+    for x in xs[1:]:
+        acc = acc + x.sum()
+    return acc + float(len(xs))
+"""
+    s = script(src)
+    mod = sr.StaticModule(s)
+    rt = mod.runtime()
+    a, b, c = torch.randn(2, 3), torch.randn(4), torch.randn(2, 3)
+    for xs in ([a, b], [a, b], [a, c], [a, b, c], [a.double(), b], [a, b]):
+        assert_same(rt(xs), s(list(xs)))
+    assert "type(xs_1) is not list or len(xs_1) != 2" in mod.code
+    with pytest.raises(sr.ArgumentError, match="xs"):
+        rt([a, 3])

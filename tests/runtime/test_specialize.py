@@ -33,6 +33,11 @@ def _run_lines(code: str) -> str:
     return code.split("    def run(", 1)[1]
 
 
+def _body(code: str) -> str:
+    """What ``run`` does past its signature guard (which checks a list's length itself)."""
+    return _run_lines(code).split("raise SignatureChanged", 1)[1]
+
+
 def test_dlrm_embedding_bag_checks_are_folded():
     spec = MODELS["dlrm"]
     model = spec.build()
@@ -108,9 +113,9 @@ def test_list_length_folded_and_new_length_gets_new_code():
     three = _code_for(mod, [a, b, c])
     assert two != three
     for code in (two, three):
-        body = _run_lines(code)
+        body = _body(code)
         assert "len(" not in body and ".dim()" not in body, body
-    assert "xs_1[2]" in _run_lines(three) and "xs_1[2]" not in _run_lines(two)
+    assert "xs_1[2]" in _body(three) and "xs_1[2]" not in _body(two)
     torch.testing.assert_close(mod([a, b]), _sum_list([a, b]))
     torch.testing.assert_close(mod([a, b, c]), _sum_list([a, b, c]))
 
