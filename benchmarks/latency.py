@@ -238,17 +238,7 @@ def worker(model: str, batch: int, peers: tuple[str, ...], repeats: int, calls: 
         replays.append(compare.Runner(f"{name}_kernels", _replay(trace), 0.0))
 
     timings = compare.time_runners(runners + replays, repeats=repeats, calls=calls)
-    result["runners"] = {
-        r.name: {
-            "median_us": timings[r.name].median_us if r.name in timings else None,
-            "min_us": min(timings[r.name].samples_us) if r.name in timings else None,
-            "samples_us": timings[r.name].samples_us if r.name in timings else [],
-            "setup_seconds": r.setup_seconds,
-            "first_call_seconds": r.first_call_seconds,
-            "note": r.note, "caveats": r.caveats, "details": r.details,
-            "agrees_with_eager": agree.get(r.name),
-            "max_abs_error": errors.get(r.name),
-        } for r in runners}
+    result["runners"] = _runner_results(runners, timings, agree, errors)
 
     overhead: dict[str, Any] = {name: {"skipped": why} for name, why in skipped.items()}
     for name, n in recorded.items():
@@ -265,6 +255,21 @@ def worker(model: str, batch: int, peers: tuple[str, ...], repeats: int, calls: 
             overhead[OURS]["individual_ops_error"] = f"{type(e).__name__}: {e}"[:500]
     result["overhead"] = overhead
     return result
+
+
+def _runner_results(runners, timings, agree: dict, errors: dict) -> dict:
+    """Each runner's timing and what is known of it, as the JSON records it."""
+    return {
+        r.name: {
+            "median_us": timings[r.name].median_us if r.name in timings else None,
+            "min_us": min(timings[r.name].samples_us) if r.name in timings else None,
+            "samples_us": timings[r.name].samples_us if r.name in timings else [],
+            "setup_seconds": r.setup_seconds,
+            "first_call_seconds": r.first_call_seconds,
+            "note": r.note, "caveats": r.caveats, "details": r.details,
+            "agrees_with_eager": agree.get(r.name),
+            "max_abs_error": errors.get(r.name),
+        } for r in runners}
 
 
 def _node_timer_residual(ours, inputs, us_per_call: float, module, calls: int) -> dict:
@@ -323,17 +328,7 @@ def zoo_worker(model: str, batch: int, peers: tuple[str, ...], repeats: int, cal
         calls = _calls_for(runners, sample_ms)
     result["calls"] = calls
     timings = compare.time_runners(runners, repeats=repeats, calls=calls, warmup=5)
-    result["runners"] = {
-        r.name: {
-            "median_us": timings[r.name].median_us if r.name in timings else None,
-            "min_us": min(timings[r.name].samples_us) if r.name in timings else None,
-            "samples_us": timings[r.name].samples_us if r.name in timings else [],
-            "setup_seconds": r.setup_seconds,
-            "first_call_seconds": r.first_call_seconds,
-            "note": r.note, "caveats": r.caveats, "details": r.details,
-            "agrees_with_eager": agree.get(r.name),
-            "max_abs_error": errors.get(r.name),
-        } for r in runners}
+    result["runners"] = _runner_results(runners, timings, agree, errors)
     return result
 
 

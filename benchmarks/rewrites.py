@@ -10,6 +10,10 @@ changes only the code).
 
     python benchmarks/rewrites.py                       # ~2 minutes on 2 cores
     python benchmarks/rewrites.py --options fuse_attention --cases multi_head_attention:64
+    python benchmarks/rewrites.py --options hoist_views --cases zoo:hf_bert:1,zoo:hf_t5:1
+
+A case ``zoo:NAME:BATCH`` is a model of the zoo (``benchmarks/zoo/``), checked against the
+TorchScript interpreter on its traced or scripted module.
 
 Also: ``--sdpa-grid`` times ``scaled_dot_product_attention`` against the written-out
 matmul-softmax-matmul over batch, heads and query length (what
@@ -32,7 +36,8 @@ import static_runtime as sr
 from static_runtime.models import MODELS
 
 REWRITES = ("fuse_attention", "fuse_convolution", "fold_batchnorm", "inplace_activations",
-            "specialize_alpha", "variadic_cat_stack", "specialize_signature")
+            "specialize_alpha", "variadic_cat_stack", "specialize_signature", "hoist_views",
+            "variadic_sizes")
 CASES = ("mlp:1", "dlrm:1", "dlrm:256", "multi_head_attention:1", "multi_head_attention:64",
          "transformer_encoder:1", "resnet_small:1", "resnet_small:16", "control_flow:1")
 
@@ -70,13 +75,8 @@ def run_rewrites(options: list[str], cases: list[str], calls: int | None,
                  repeats: int) -> list[dict]:
     rows = []
     for case in cases:
-        name, batch = case.split(":")
-        spec = MODELS[name]
-        model = spec.build()
-        scripted = torch.jit.script(model)
-        inputs = spec.example_inputs(int(batch))
-        with torch.inference_mode():
-            expected = model(*inputs)
+        scripted, inputs, expected = _case(case)
+        name, batch = case.rsplit(":", 1)
         for option in options:
             on = sr.StaticModule(scripted)
             off = sr.StaticModule(scripted, sr.StaticModuleOptions(**{option: False}))
@@ -91,6 +91,26 @@ def run_rewrites(options: list[str], cases: list[str], calls: int | None,
                          "on_us": times["on"], "off_us": times["off"],
                          "ratio": times["on"] / times["off"], "calls": n, "repeats": repeats})
     return rows
+
+
+def _case(case: str) -> tuple[torch.jit.ScriptModule, tuple, object]:
+    """(scripted module, inputs, expected outputs) of ``model:batch`` or ``zoo:model:batch``."""
+    name, batch = case.rsplit(":", 1)
+    if name.startswith("zoo:"):
+        import sys
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from benchmarks.zoo import ZOO
+
+        model = ZOO[name[len("zoo:"):]]
+        scripted, inputs = model.scripted(), model.inputs(int(batch))
+        with torch.inference_mode():
+            return scripted, inputs, scripted(*inputs)
+    spec = MODELS[name]
+    model = spec.build()
+    inputs = spec.example_inputs(int(batch))
+    with torch.inference_mode():
+        return torch.jit.script(model), inputs, model(*inputs)
 
 
 def _estimate_us(mod: sr.StaticModule, inputs: tuple) -> float:
