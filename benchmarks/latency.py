@@ -75,7 +75,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -89,6 +88,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python benchmarks/latency.py`: the zoo is imported from the root
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.workers import run_worker  # (needs ROOT on the path)
+
 PEERS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
          "torch_compile", "onnxruntime")
 OURS = "static_runtime"
@@ -99,7 +100,6 @@ CASES = ("mlp:1", "dlrm:1", "dlrm:256", "multi_head_attention:1", "multi_head_at
          "transformer_encoder:1", "resnet_small:1", "control_flow:1")
 ZOO_PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime")
 RESULTS = Path(__file__).parent / "results"
-WORKER_TIMEOUT_SECONDS = 900
 
 
 # --------------------------------------------------------------------------- in the worker
@@ -257,6 +257,21 @@ def worker(model: str, batch: int, peers: tuple[str, ...], repeats: int, calls: 
     return result
 
 
+def _runner_cells(rs: dict, names) -> list[str]:
+    """Each runner's median µs for a table, ``refused`` where it cannot run the model, ``*``
+    after a caveat and ``≠`` where its output differs from eager's."""
+    cells = []
+    for n in names:
+        r = rs.get(n, {})
+        if r.get("note"):
+            cells.append("[yellow]refused")
+            continue
+        mark = ("*" if r.get("caveats") else "") + (
+            "≠" if r.get("agrees_with_eager") is False else "")
+        cells.append(_us(r.get("median_us")) + mark)
+    return cells
+
+
 def _runner_results(runners, timings, agree: dict, errors: dict) -> dict:
     """Each runner's timing and what is known of it, as the JSON records it."""
     return {
@@ -364,20 +379,7 @@ def run_isolated(case: str, peers: tuple[str, ...], repeats: int, calls: int, th
                "--threads", str(threads)]
         if zoo:
             cmd += ["--zoo", "--sample-ms", str(sample_ms)]
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False,
-                                  timeout=WORKER_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            return {"model": model, "batch": int(batch),
-                    "error": f"worker timed out after {WORKER_TIMEOUT_SECONDS} s"}
-        if proc.returncode == 0 and out.exists():
-            result = json.loads(out.read_text())
-            result["worker_seconds"] = time.perf_counter() - start
-            return result
-    tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-3:] or ["no output"]
-    return {"model": model, "batch": int(batch),
-            "error": f"worker exited with {proc.returncode}: " + " | ".join(tail)[:500]}
+        return run_worker(cmd, out, {"model": model, "batch": int(batch)}, env)
 
 
 def _cases(models: str) -> list[str]:
@@ -416,15 +418,7 @@ def _print_tables(rows: list[dict], peers: tuple[str, ...], repeats: int, calls:
             table.add_row(row["model"], str(row["batch"]), f"[red]{row['error'][:80]}")
             continue
         rs = row["runners"]
-        cells = []
-        for n in names:
-            r = rs.get(n, {})
-            if r.get("note"):
-                cells.append("[yellow]refused")
-                continue
-            mark = ("*" if r.get("caveats") else "") + (
-                "≠" if r.get("agrees_with_eager") is False else "")
-            cells.append(_us(r.get("median_us")) + mark)
+        cells = _runner_cells(rs, names)
         ours = rs[OURS].get("median_us")
         ratios = []
         for n in peers:
@@ -518,15 +512,7 @@ def _print_zoo_tables(rows: list[dict], peers: tuple[str, ...], repeats: int,
             table.add_row(*head, f"[red]{row['error'][:80]}")
             continue
         rs = row["runners"]
-        cells = []
-        for n in names:
-            r = rs.get(n, {})
-            if r.get("note"):
-                cells.append("[yellow]refused")
-                continue
-            mark = ("*" if r.get("caveats") else "") + (
-                "≠" if r.get("agrees_with_eager") is False else "")
-            cells.append(_us(r.get("median_us")) + mark)
+        cells = _runner_cells(rs, names)
         vs_cpp, vs_best = _zoo_ratios(row)
         if vs_cpp:
             cpp_ratios.append(vs_cpp)

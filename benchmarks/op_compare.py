@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,14 +36,18 @@ from typing import Any
 
 import click
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python benchmarks/op_compare.py`: imports from the root
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.workers import run_worker  # (needs ROOT on the path)
+
 RESULTS = Path(__file__).parent / "results"
-WORKER_TIMEOUT_SECONDS = 900
 CPP = "pytorch_static_runtime"
 
 
 def _zoo() -> dict[str, Any]:
     """The zoo (``benchmarks.zoo.ZOO``), or {} where it cannot be imported."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     try:
         from benchmarks.zoo import ZOO
     except ImportError:
@@ -95,20 +98,7 @@ def run_isolated(source: str, name: str, batch: int, repeats: int, warmup: int,
         cmd = [sys.executable, __file__, "--worker", f"{source}:{name}:{batch}",
                "--worker-out", str(out), "--repeats", str(repeats), "--warmup", str(warmup),
                "--runs", str(runs)]
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False,
-                                  timeout=WORKER_TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired:
-            return {"source": source, "model": name, "batch": batch,
-                    "error": f"worker timed out after {WORKER_TIMEOUT_SECONDS} s"}
-        if proc.returncode == 0 and out.exists():
-            result = json.loads(out.read_text())
-            result["worker_seconds"] = time.perf_counter() - start
-            return result
-    tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-3:] or ["no output"]
-    return {"source": source, "model": name, "batch": batch,
-            "error": f"worker exited with {proc.returncode}: " + " | ".join(tail)[:500]}
+        return run_worker(cmd, out, {"source": source, "model": name, "batch": batch})
 
 
 def aggregate(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
