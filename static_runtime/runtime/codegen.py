@@ -21,6 +21,7 @@ runtime binds it to its own arena tensors by calling the generated factory.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 import keyword
 import linecache
@@ -347,20 +348,29 @@ class _Emitter:
         """``pn``'s call, assigning the names its hoisted results have; a list argument (fixed
         for the layout, or it would not be hoisted) spelled as a literal, valid in the
         factory and in ``run`` alike."""
-        saved = {s: self.expr.get(s) for s in pn.inputs if s in self.list_literals}
-        self.expr.update({s: self.list_literals[s] for s in saved})
-        targets = ", ".join(self.expr[s] for s in pn.outputs)
-        if pn.kind in ("prim::ListUnpack", "prim::TupleUnpack"):
-            self.emit(indent, f"{targets}, = {self.expr[pn.inputs[0]]}", pn)
-        else:
-            call = self.call(pn, pn.fn, "f", None)
-            self.emit(indent, f"{targets}, = {call}" if len(pn.outputs) > 1 else
-                      f"{targets} = {call}", pn)
-        for s, e in saved.items():
-            if e is None:
-                self.expr.pop(s, None)
+        with self.spelled({s: self.list_literals[s] for s in pn.inputs
+                           if s in self.list_literals}):
+            targets = ", ".join(self.expr[s] for s in pn.outputs)
+            if pn.kind in ("prim::ListUnpack", "prim::TupleUnpack"):
+                self.emit(indent, f"{targets}, = {self.expr[pn.inputs[0]]}", pn)
             else:
-                self.expr[s] = e
+                call = self.call(pn, pn.fn, "f", None)
+                self.emit(indent, f"{targets}, = {call}" if len(pn.outputs) > 1 else
+                          f"{targets} = {call}", pn)
+
+    @contextlib.contextmanager
+    def spelled(self, exprs: dict[int, str]):
+        """Within the block, the slots in ``exprs`` read as those expressions."""
+        saved = {s: self.expr.get(s) for s in exprs}
+        self.expr.update(exprs)
+        try:
+            yield
+        finally:
+            for s, e in saved.items():
+                if e is None:
+                    self.expr.pop(s, None)
+                else:
+                    self.expr[s] = e
 
     def hoist_prologue(self) -> list[str]:
         """The factory's part: names for the hoisted views, ``_hoist()`` taking them of the
@@ -375,9 +385,6 @@ class _Emitter:
                 self.list_literals[pn.outputs[0]] = (
                     f"[{items}]" if pn.kind == "prim::ListConstruct"
                     else f"({items},)" if items else "()")
-        # Inside the factory an arena slot is the arena tensor itself.
-        saved = {s: self.expr.get(s) for s in self.arena_names}
-        self.expr.update(self.arena_names)
         for pn in hoisting.nodes:
             for s in pn.outputs:
                 self.expr[s] = self.names.fresh(f"h_{self.value_of[s].name}")
@@ -393,9 +400,10 @@ class _Emitter:
                  "        _at = 0",
                  "        try:"]
         body_start = len(self.lines)
-        for k, pn in enumerate(hoisting.nodes):
-            self.emit(3, f"_at = {k}")
-            self.hoisted_call(pn, 3)
+        with self.spelled(self.arena_names):  # in the factory: the arena tensors themselves
+            for k, pn in enumerate(hoisting.nodes):
+                self.emit(3, f"_at = {k}")
+                self.hoisted_call(pn, 3)
         body = self.lines[body_start:]
         del self.lines[body_start:]
         lines += body
@@ -406,11 +414,6 @@ class _Emitter:
             f"(({', '.join(self.expr[s] for s in pn.outputs)},), "
             f"{self.arena_names[hoisting.root[pn.node]]})" for pn in hoisting.nodes)
         lines.append(f"    _check_hoisted(_hoisted, ({pairs},))")
-        for s, e in saved.items():
-            if e is None:
-                self.expr.pop(s, None)
-            else:
-                self.expr[s] = e
         return lines
 
     def inline(self, pn: ProcessedNode, indent: int, args: str) -> None:
@@ -872,11 +875,9 @@ class CodegenExecutor(Interpreter):
             return generate(self.plan, arena, self.codes.title, guard, timed=timed, spec=spec,
                             hoisting=self.codes.hoisting_for(arena, spec))
 
-        code, fn = self._instantiate(make)
-        return fn, not self._direct
+        return self._instantiate(make), not self._direct
 
-    def _instantiate(self, make: Callable[[], GeneratedCode]
-                     ) -> tuple[GeneratedCode, Callable[..., list[Any]]]:
+    def _instantiate(self, make: Callable[[], GeneratedCode]) -> Callable[..., list[Any]]:
         """``make()``'s code bound to this runtime's arena tensors; generated again without
         a hoisted node whose result turned out not to be a view (``HoistRefused``)."""
         while True:
@@ -888,7 +889,7 @@ class CodegenExecutor(Interpreter):
                 self.codes.refuse(e.node)
                 continue
             self._code = code
-            return code, fn
+            return fn
 
     def _guard(self) -> tuple[bool, ...] | None:
         # Check the signature inside the generated code when memory is planned per
@@ -909,12 +910,11 @@ class CodegenExecutor(Interpreter):
         return guard
 
     def _bind(self) -> Callable[..., list[Any]]:
-        values = self.values
         arena = self._arena_slots()
         layout_id = id(self.layout) if self.layout is not None else None
         guard = self._guard()
         guarded = guard is not None
-        _, self._fast = self._instantiate(
+        self._fast = self._instantiate(
             lambda: self.codes.get(arena, layout_id, guard, self._key))
         # ``_direct``: the fast path may skip ``prepare`` (nothing to check outside the code).
         self._direct = guarded or not (self.memory is not None and self._managed)

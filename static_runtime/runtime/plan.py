@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from static_runtime.ir.values import UnrepresentableConstant
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Block, Graph, Node, Value
+from static_runtime.ir.values import UnrepresentableConstant
 from static_runtime.ops.registry import OpImpl, Tier, UnsupportedOperatorError, select
 
 

@@ -47,10 +47,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from static_runtime.ir.values import ScriptObjectValue, UnrepresentableConstant
 from static_runtime.ir.graph import Argument, Graph, Signature
 from static_runtime.ir.parser import IRParseError, parse_graph
 from static_runtime.ir.printer import print_graph_with_constants
+from static_runtime.ir.values import ScriptObjectValue, UnrepresentableConstant
 from static_runtime.ir.verifier import IRVerificationError, verify
 from static_runtime.runtime.options import StaticModuleOptions
 

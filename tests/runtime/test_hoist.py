@@ -56,7 +56,7 @@ def test_a_reshape_that_copies_is_not_hoisted():
     w = torch.randn(4, 4)
     mods = check(f, [torch.randn(3, 4), w], [torch.randn(5, 4), w])
     mod = mods["default"]
-    factory, run = _code(mod, torch.randn(3, 4), w)
+    _, run = _code(mod, torch.randn(3, 4), w)
     assert "_f_reshape(" in run  # runs per call
     assert mod._codes.not_views  # found out by the factory's check
 

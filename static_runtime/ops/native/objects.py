@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from static_runtime.ir.values import ScriptObjectValue
 from static_runtime.ir.graph import Node
+from static_runtime.ir.values import ScriptObjectValue
 from static_runtime.ops.registry import register_native
 
 

@@ -6,9 +6,9 @@ import builtins
 
 import torch
 
-from static_runtime.ir.values import ScriptObjectValue
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
+from static_runtime.ir.values import ScriptObjectValue
 from static_runtime.ops.registry import labelled, register_native
 
 
