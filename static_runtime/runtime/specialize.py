@@ -57,6 +57,7 @@ import torch
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
 from static_runtime.ops import schema as S
+from static_runtime.ops.fallback import bind_overload
 from static_runtime.passes.alias import TENSOR, AliasDb, shallow_families
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
@@ -392,7 +393,9 @@ def _run_on(pn: ProcessedNode, facts: list[Fact | None], real: bool, fact) -> li
     return [fact(x) for x in values]
 
 
-_meta_callables: dict[str, Any] = {}
+#: (schema, number of inputs) → the ``torch.ops`` call a meta run uses (an exported graph
+#: may leave defaulted arguments out, so one schema may be called with fewer inputs)
+_meta_callables: dict[tuple[str, int], Any] = {}
 
 
 def _meta_callable(pn: ProcessedNode) -> Any:
@@ -402,15 +405,14 @@ def _meta_callable(pn: ProcessedNode) -> Any:
     schema = pn.node.schema
     if schema is None:
         return pn.fn
-    fn = _meta_callables.get(schema)
+    key = (schema, len(pn.node.inputs))
+    fn = _meta_callables.get(key)
     if fn is None:
-        from static_runtime.ops.fallback import bind_overload
-
         info = S.parse(schema)
         op = S.resolve_overload(schema) if info.namespace == "aten" else None
-        fn = pn.fn if op is None else bind_overload(op, info, len(pn.node.inputs))
-        if op is not None:
-            _meta_callables[schema] = fn
+        if op is None:
+            return pn.fn
+        fn = _meta_callables[key] = bind_overload(op, info, len(pn.node.inputs))
     return fn
 
 
