@@ -26,6 +26,13 @@ PARAM = "prim::Param"
 RETURN = "prim::Return"
 
 
+#: The attribute under which a node keeps a function of its own (a ``Graph``, not a block:
+#: its values are not the enclosing graph's, and passes walking the graph do not enter it).
+#: ``static_runtime::fused_region`` keeps the operators it runs as one compiled kernel there;
+#: the printer prints it under the node as ``subgraph(...): ... return (...)``.
+SUBGRAPH = "subgraph"
+
+
 @dataclass(frozen=True)
 class Use:
     """``user.inputs[index]`` is the used value."""

@@ -5,7 +5,9 @@ the same line as a node, after its input list, is that node's ``source``)::
 
     graph     := "graph" "(" [decl ("," decl)*] ")" ":" node* "return" "(" uses ")"
     node      := [decl ("," decl)*] "=" KIND ["[" attr ("," attr)* "]"] "(" uses ")" block*
+                 [subgraph]
     block     := "block" N "(" [decl ("," decl)*] ")" ":" node* "->" "(" uses ")"
+    subgraph  := "subgraph" "(" [decl ("," decl)*] ")" ":" node* "return" "(" uses ")"
     decl      := "%" NAME ":" TYPE
     uses      := ["%" NAME ("," "%" NAME)*]
     attr      := KEY "=" literal
@@ -13,7 +15,8 @@ the same line as a node, after its input list, is that node's ``source``)::
                | "(" literals ")" | "device(" STRING ")" | "dtype(" NAME ")" | "<ref" NAME ">"
 
 Values must be defined before they are used, in the same block or an enclosing one, and
-keep the names they are printed with.
+keep the names they are printed with. A ``subgraph`` is a function of its own (the node's
+``SUBGRAPH`` attribute): its names are its own and it sees nothing of the enclosing graph.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, NoReturn
 import torch
 
 from static_runtime.ir import types as T
-from static_runtime.ir.graph import Block, Graph, Value
+from static_runtime.ir.graph import SUBGRAPH, Block, Graph, Value
 
 
 class IRParseError(ValueError):
@@ -114,6 +117,14 @@ class _Parser:
 
     def parse(self) -> Graph:
         self.expect("graph")
+        self.function()
+        self.skip_ws()
+        if self.pos != len(self.text):
+            self.fail(f"unexpected {self.found()} after the return statement")
+        return self.graph
+
+    def function(self) -> Graph:
+        """``(decls): node* return (uses)`` into ``self.graph``, from ``self.pos``."""
         self.expect("(")
         decls = self.decl_list(")")
         self.expect(")")
@@ -125,9 +136,6 @@ class _Parser:
         self.expect("return")
         for v in self.use_list():
             self.graph.add_output(v)
-        self.skip_ws()
-        if self.pos != len(self.text):
-            self.fail(f"unexpected {self.found()} after the return statement")
         return self.graph
 
     def body(self, block: Block, terminator: str) -> None:
@@ -172,6 +180,14 @@ class _Parser:
                 self.fail(f"expected block{len(node.blocks)}, found block{m.group(1)}")
             self.pos = m.end()
             self.sub_block(node.add_block())
+        self.skip_ws()
+        if self.text.startswith(SUBGRAPH + "(", self.pos):
+            if SUBGRAPH in node.attrs:
+                self.fail(f"the node has a {SUBGRAPH!r} attribute and a subgraph")
+            inner = _Parser(self.text, self.constants)
+            inner.pos = self.pos + len(SUBGRAPH)
+            node.attrs[SUBGRAPH] = inner.function()
+            self.pos = inner.pos
         # A node's outputs are visible after the node, not inside its own blocks.
         for value in node.outputs:
             self.scopes[-1][value.name] = value

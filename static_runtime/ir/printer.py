@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from static_runtime.ir.graph import Block, Graph, Node, Value
+from static_runtime.ir.graph import SUBGRAPH, Block, Graph, Node, Value
 
 _INDENT = "  "
 
@@ -173,11 +173,24 @@ class _Printer:
             self.block_body(block, depth + 2)
             self.node_line[block.return_node] = len(self.lines)
             self.lines.append(f"{indent}{_INDENT * 2}-> ({_uses(block.outputs)})")
+        subgraph = node.attrs.get(SUBGRAPH)
+        if isinstance(subgraph, Graph):
+            self.subgraph(subgraph, depth + 1)
+
+    def subgraph(self, graph: Graph, depth: int) -> None:
+        """A node's own function (``static_runtime::fused_region``): its names are its own."""
+        indent = _INDENT * depth
+        params = ", ".join(_decl(v) for v in graph.inputs)
+        self.lines.append(f"{indent}{SUBGRAPH}({params}):")
+        for node in graph.block.nodes:
+            self.node(node, depth + 1)
+        self.lines.append(f"{indent}{_INDENT}return ({_uses(graph.outputs)})")
 
     def attrs(self, node: Node) -> str:
-        if not node.attrs:
+        keys = sorted(k for k, v in node.attrs.items() if not isinstance(v, Graph))
+        if not keys:
             return ""
-        items = (f"{k}={self.refs.format(node.attrs[k])}" for k in sorted(node.attrs))
+        items = (f"{k}={self.refs.format(node.attrs[k])}" for k in keys)
         return "[" + ", ".join(items) + "]"
 
 

@@ -188,3 +188,31 @@ def tags(schema: str) -> frozenset[str]:
 
 #: Tags saying an output's size (or a scalar that may become a size) depends on tensor data.
 DATA_DEPENDENT_TAGS = frozenset({"dynamic_output_shape", "data_dependent_output"})
+
+
+_SCALAR_TYPES = ("number", "Optional[number]", "int", "float", "bool")
+
+
+@functools.cache
+def scalar_as_tensor_overload(schema: str, positions: frozenset[int]) -> str | None:
+    """The schema of the overload of the same operator that takes a tensor (a 0-dim one will
+    do) where ``schema`` takes a number at each of ``positions``, the other arguments the
+    same by name and type: ``mul.Scalar`` → ``mul.Tensor``, ``where.ScalarOther`` →
+    ``where.self``, ``clamp`` → ``clamp.Tensor``. None if there is none."""
+    info = parse(schema)
+    if not all(info.arguments[p].type in _SCALAR_TYPES for p in positions):
+        return None
+    try:
+        packet = getattr(getattr(torch.ops, info.namespace), info.base_name)
+    except (AttributeError, RuntimeError):
+        return None
+    for name in packet.overloads():
+        other = parse(str(getattr(packet, name)._schema))
+        if (len(other.arguments) != len(info.arguments) or other.returns != info.returns
+                or other.writes_any_input()):
+            continue
+        if all(a.name == b.name and (a.type in ("Tensor", "Optional[Tensor]") if i in positions
+                                     else a.type == b.type)
+               for i, (a, b) in enumerate(zip(other.arguments, info.arguments))):
+            return other.text
+    return None

@@ -118,6 +118,9 @@ PRIM_RULES: dict[str, Rule] = {
     "prim::If": Rule.CONTROL,
     "prim::Loop": Rule.CONTROL,
     "prim::fork": Rule.FORK,
+    # reads its inputs, returns tensors its compiled kernels wrote (passes/regions.py keeps
+    # views out of its results)
+    "static_runtime::fused_region": Rule.FRESH,
 }
 
 

@@ -15,6 +15,7 @@ from static_runtime.passes.fusion import fuse_attention, fuse_convolution
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.noops import remove_noops
+from static_runtime.passes.regions import fuse_regions
 from static_runtime.passes.transformer import fuse_transformer_encoder
 from static_runtime.passes.tuples import merge_tuple_unpacks
 from static_runtime.passes.variadic import variadic_cat_stack
@@ -33,5 +34,6 @@ PASSES: dict[str, Callable[[Graph], bool]] = {
     "fuse_attention": fuse_attention,
     "fuse_convolution": fuse_convolution,
     "eliminate_dead_code": eliminate_dead_code,
+    "fuse_regions": fuse_regions,
     "inplace_activations": inplace_activations,
 }

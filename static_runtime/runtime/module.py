@@ -264,6 +264,9 @@ class StaticModule:
             tier = "control flow" if pn.control is not Control.NONE else pn.tier.value
             where = f"  # {pn.node.source}" if pn.node.source else ""
             label = pn.impl.label if pn.control is Control.NONE else ""
+            status = getattr(pn.fn, "status", None)  # a fused region: what it compiled
+            if callable(status):
+                label += f" — {status()}"
             kept = " [managed]" if pn.managed else ""
             lines.append(f"{pn.node.schema_name() or pn.kind:40s} {tier:12s} {label}{kept}{where}")
         counts = ", ".join(f"{n} {t}" for t, n in self.tier_counts().items())

@@ -12,6 +12,10 @@ from dataclasses import dataclass, fields
 from static_runtime.passes.pipeline import PASS_ORDER
 
 
+#: What ``StaticModuleOptions.fusion_compiler`` may be.
+FUSION_COMPILERS = (None, "inductor")
+
+
 @dataclass(frozen=True)
 class StaticModuleOptions:
     #: Use out variants (write into tensors kept from the previous run) where one exists.
@@ -50,6 +54,9 @@ class StaticModuleOptions:
     fuse_convolution: bool = True
     #: an exported nn.TransformerEncoderLayer → aten::_transformer_encoder_layer_fwd
     fuse_transformer_encoder: bool = True
+    #: runs of small operators → ``static_runtime::fused_region`` (only with a
+    #: ``fusion_compiler``; ``passes/regions.py``)
+    fuse_regions: bool = True
     #: a loop counter carried in a 0-dim int64 tensor (torch.export's while_loop) → an int
     scalarize_loop_counters: bool = True
 
@@ -80,11 +87,19 @@ class StaticModuleOptions:
     #: with arguments fixed for the layout) once per memory layout instead of once per call
     #: (``runtime/hoist.py``). Does nothing with ``executor="interpreter"``.
     hoist_views: bool = True
+    #: None, or "inductor": runs of small operators (element-wise, reductions, normalisations,
+    #: with the views and casts between them) become ``static_runtime::fused_region`` nodes,
+    #: each compiled by PyTorch's Inductor into fused kernels once per input signature
+    #: (through Inductor's on-disk cache); recurrent layers likewise. Needs a C++ compiler;
+    #: without one, or where Inductor refuses a region, a warning names it and it runs
+    #: unfused. See README, "Fused regions".
+    fusion_compiler: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            expected = {"bool": bool, "int": int, "str": str}[f.type]
+            expected = {"bool": bool, "int": int, "str": str, "str | None": (str, type(None))}[
+                f.type]
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                 raise TypeError(f"StaticModuleOptions.{f.name} must be a {f.type}, "
                                 f"got {type(value).__name__}")
@@ -99,9 +114,14 @@ class StaticModuleOptions:
         if self.executor not in ("codegen", "interpreter"):
             raise ValueError(f"StaticModuleOptions.executor must be 'codegen' or 'interpreter', "
                              f"got {self.executor!r}")
+        if self.fusion_compiler not in FUSION_COMPILERS:
+            raise ValueError(f"StaticModuleOptions.fusion_compiler must be one of "
+                             f"{FUSION_COMPILERS}, got {self.fusion_compiler!r}")
         if self.memory_planner not in ("best", "greedy_by_size", "storage_groups"):
             raise ValueError(f"StaticModuleOptions.memory_planner must be 'best', "
                              f"'greedy_by_size' or 'storage_groups', got {self.memory_planner!r}")
 
     def passes_enabled(self) -> dict[str, bool]:
-        return {name: getattr(self, name) for name in PASS_ORDER}
+        enabled = {name: getattr(self, name) for name in PASS_ORDER}
+        enabled["fuse_regions"] = self.fuse_regions and self.fusion_compiler is not None
+        return enabled

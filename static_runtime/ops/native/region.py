@@ -1,0 +1,200 @@
+"""``static_runtime::fused_region``: a region of small operators (``passes/regions.py``) run
+as kernels Inductor compiled (``ops/inductor.py``).
+
+A region is compiled the first time it runs with a given *signature* — its tensors' shapes,
+strides and dtypes and its numbers' types — and the compiled code is kept per signature.
+A call tries the last compiled code first: it checks sizes and strides itself (an
+``AssertionError`` from ``assert_size_stride``) and we check dtypes, so a steady state pays
+nothing for the lookup. Numbers known only at run time reach the compiled code as 0-dim
+tensors (int64, float64 or bool); in the traced graph each use is the operator's
+tensor-taking overload (``mul.Scalar`` → ``mul.Tensor``), with a float cast to the default
+dtype where every tensor operand is integral, which is the dtype ``tensor * 0.5`` has — so
+the result dtypes are those of the unfused graph.
+
+Compiled code writes fresh tensors (Inductor allocates its outputs); a region's results
+are not planned into the arena. A result that shares memory with an input, or two results
+that share memory, would break the alias analysis's model of the node (fresh results):
+the first run of each signature checks that, and a region whose compiled code does it runs
+unfused.
+
+When Inductor refuses a signature (no C++ compiler, an operator it cannot lower), a warning
+names the region and the reason, and that signature runs the region's operators one by one
+(``torch.ops``) from then on.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from typing import Any
+
+import torch
+
+from static_runtime.ir import types as T
+from static_runtime.ir.graph import SUBGRAPH, Graph, Node
+from static_runtime.ops import schema as S
+from static_runtime.ops.inductor import CompileRefused, compile_graph
+from static_runtime.ops.registry import register_native
+
+_NUMBERS = (T.Int, T.Float, T.Bool, T.Number)
+_SCALAR_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
+
+
+class RegionWarning(UserWarning):
+    """A region that runs unfused, and why."""
+
+
+class RegionKernel:
+    """Runs one fused region; shared by every runtime of the module (thread-safe)."""
+
+    def __init__(self, graph: Graph, name: str):
+        self.graph = graph
+        self.name = name
+        self.numbers = tuple(i for i, v in enumerate(graph.inputs) if v.type in _NUMBERS)
+        self._kernels: dict[tuple, Any] = {}  # signature → compiled call, or None (unfused)
+        self._last: tuple[tuple, Any] | None = None  # (dtypes, call) of the last signature
+        self._lock = threading.Lock()
+        self.refusals: dict[tuple, str] = {}
+        self.compile_seconds = 0.0
+        self.__sr_label__ = "Inductor-compiled fused kernels"
+
+    # -- the call
+
+    def __call__(self, *args: Any) -> Any:
+        if self.numbers:
+            args = self._numbers_as_tensors(args)
+        last = self._last
+        if last is not None:
+            dtypes, call = last
+            if all(getattr(a, "dtype", None) is d for a, d in zip(args, dtypes)):
+                try:
+                    out = call(list(args))
+                except AssertionError:
+                    pass
+                else:
+                    return out[0] if len(out) == 1 else out
+        call = self._for_signature(args)
+        out = call(list(args))
+        return out[0] if len(out) == 1 else out
+
+    def _numbers_as_tensors(self, args: tuple) -> tuple:
+        args = list(args)
+        for i in self.numbers:
+            x = args[i]
+            args[i] = torch.scalar_tensor(x, dtype=_SCALAR_DTYPE[type(x)])
+        return tuple(args)
+
+    def _for_signature(self, args: tuple) -> Any:
+        key = tuple((tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor)
+                    else type(a) for a in args)
+        with self._lock:
+            if key not in self._kernels:
+                self._kernels[key] = self._compile(key, args)
+            call = self._kernels[key]
+            if call is None:
+                call = self._unfused
+            else:
+                self._last = (tuple(getattr(a, "dtype", None) for a in args), call)
+        return call
+
+    def _compile(self, key: tuple, args: tuple) -> Any:
+        try:
+            compiled = compile_graph(self.trace_function(args), args)
+        except CompileRefused as e:
+            self._refuse(key, str(e))
+            return None
+        self.compile_seconds += compiled.seconds
+        out = compiled.call(list(args))
+        reason = _aliasing(args, out)
+        if reason is not None:
+            self._refuse(key, reason)
+            return None
+        return compiled.call
+
+    def _refuse(self, key: tuple, reason: str) -> None:
+        self.refusals[key] = reason
+        warnings.warn(f"fused region {self.name} runs unfused for inputs {_show(key)}: "
+                      f"{reason}", RegionWarning, stacklevel=4)
+
+    def _unfused(self, args: list) -> tuple:
+        return self.trace_function(args)(*args)
+
+    # -- the region as a function of tensors, for make_fx
+
+    def trace_function(self, example: tuple | list):
+        """The region's operators as a Python function of its inputs (numbers as 0-dim
+        tensors), calling each operator's ``torch.ops`` overload."""
+        graph = self.graph
+        steps = []
+        for node in graph.block.nodes:
+            if node.kind == "prim::Constant":
+                continue
+            numbers = frozenset(i for i, v in enumerate(node.inputs)
+                                if v in graph.inputs and v.type in _NUMBERS)
+            schema = S.scalar_as_tensor_overload(node.schema, numbers) if numbers else \
+                node.schema
+            specs = S.parse(schema).arguments
+            keywords = tuple(spec.name if spec.kwarg_only else None for spec in specs)
+            steps.append((node, S.resolve_overload(schema), numbers, keywords))
+        constants = {n.output: n.attrs.get("value") for n in graph.block.nodes
+                     if n.kind == "prim::Constant"}
+        default = torch.get_default_dtype()
+
+        def run(*inputs):
+            env: dict = dict(constants)
+            env.update(zip(graph.inputs, inputs))
+            for node, op, numbers, keywords in steps:
+                args = [env[v] for v in node.inputs]
+                if numbers:
+                    floating = any(isinstance(a, torch.Tensor) and a.is_floating_point()
+                                   for i, a in enumerate(args) if i not in numbers)
+                    for i in numbers:
+                        if args[i].is_floating_point() and not floating:
+                            args[i] = args[i].to(default)
+                result = op(*[a for a, k in zip(args, keywords) if k is None],
+                            **{k: a for a, k in zip(args, keywords) if k is not None})
+                outs = node.outputs
+                if len(outs) == 1:
+                    env[outs[0]] = result
+                else:
+                    env.update(zip(outs, result))
+            return tuple(env[v] for v in graph.outputs)
+
+        return run
+
+    # -- describe
+
+    def status(self) -> str:
+        compiled = sum(1 for k in self._kernels.values() if k is not None)
+        text = f"{self.name}: compiled for {compiled} signature(s)"
+        if self.refusals:
+            text += f", unfused for {len(self.refusals)} ({next(iter(self.refusals.values()))})"
+        return text
+
+
+def _aliasing(args: tuple, out: tuple) -> str | None:
+    seen = {}
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            seen.setdefault(a.untyped_storage().data_ptr(), f"input {i}")
+    for j, o in enumerate(out):
+        ptr = o.untyped_storage().data_ptr()
+        if ptr in seen and o.numel() > 0:
+            return f"the compiled code returns result {j} in the memory of {seen[ptr]}"
+        seen[ptr] = f"result {j}"
+    return None
+
+
+def _show(key: tuple) -> str:
+    return "(" + ", ".join(
+        f"{str(k[2]).removeprefix('torch.')}{list(k[0])}" if isinstance(k, tuple)
+        else k.__name__ for k in key) + ")"
+
+
+@register_native("static_runtime::fused_region")
+def _fused_region(node: Node):
+    graph = node.attrs.get(SUBGRAPH)
+    if not isinstance(graph, Graph):
+        return None
+    names = ", ".join(f"%{v.name}" for v in node.outputs)
+    return RegionKernel(graph, f"{names} ({node.attrs.get('kernels', '?')} kernels)")
