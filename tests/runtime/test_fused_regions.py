@@ -1,0 +1,143 @@
+"""Fused regions compiled by Inductor (``fusion_compiler="inductor"``): results equal the
+TorchScript interpreter's and the unfused graph's, on two input shapes, for both executors;
+numbers read at run time; refusal; save/load; threads; forks.
+
+Each compile costs seconds on a cold cache, so the cases are few and small.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import pytest
+import torch
+from differential import check
+
+import static_runtime as sr
+from static_runtime.ops import inductor
+from static_runtime.ops.native.region import RegionWarning
+from static_runtime.passes.regions import FUSED_REGION
+
+pytestmark = pytest.mark.skipif(inductor.compiler_available() is not None,
+                                reason=str(inductor.compiler_available()))
+
+FUSED = {
+    "fused": sr.StaticModuleOptions(fusion_compiler="inductor", verify_memory_plans=True),
+    "fused-interpreter": sr.StaticModuleOptions(fusion_compiler="inductor",
+                                                executor="interpreter"),
+}
+
+
+def n_regions(mod: sr.StaticModule) -> int:
+    return sum(n.kind == FUSED_REGION for n in mod.graph.walk())
+
+
+def block(x: torch.Tensor, y: torch.Tensor, scale: float, k: int):
+    a = torch.tanh(x * y) + x
+    b = torch.softmax(a * scale, dim=-1)
+    c = torch.nn.functional.layer_norm(b + y, [x.shape[-1]])
+    s = (c * k).sum(dim=-1, keepdim=True)
+    return torch.where(c > 0, c, -c) / (s.abs() + 1.0), s
+
+
+def test_a_region_equals_the_interpreter_on_two_shapes_for_both_executors():
+    g = torch.Generator().manual_seed(0)
+    first = (torch.randn(2, 16, generator=g), torch.randn(2, 16, generator=g), 0.5, 3)
+    second = (torch.randn(5, 8, generator=g), torch.randn(5, 8, generator=g), 2.0, -1)
+    mods = check(block, first, second, options=FUSED)
+    for mod in mods.values():
+        assert n_regions(mod) >= 1
+        assert "compiled for 2 signature(s)" in mod.describe()
+
+
+def test_numbers_keep_the_dtypes_of_the_unfused_graph():
+    # an int tensor times a float read at run time is a float32 tensor; times an int, int64
+    def f(x: torch.Tensor, s: float, k: int):
+        a = (x + 1) * s
+        b = (x - 1) * k
+        return a.abs() + 1, (b.abs() + 2) * 3
+
+    g = torch.Generator().manual_seed(1)
+    xs = torch.randint(-5, 5, (3, 4), generator=g)
+    mods = check(f, (xs, 0.25, 3), (xs[:2], -1.5, 7), options={"fused": FUSED["fused"]})
+    assert n_regions(mods["fused"]) >= 1
+
+
+def test_the_control_flow_model_with_regions_in_its_loop():
+    from static_runtime.models import MODELS
+
+    spec = MODELS["control_flow"]
+    model = spec.factory().eval()
+    g = torch.Generator().manual_seed(2)
+    mods = check(torch.jit.script(model), spec.make_inputs(1, g), spec.make_inputs(4, g),
+                 options={"fused": FUSED["fused"]})
+    loop = next(n for n in mods["fused"].graph.walk() if n.kind == "prim::Loop")
+    assert any(n.kind == FUSED_REGION for n in loop.blocks[0].nodes)
+
+
+def test_without_a_compiler_a_region_warns_and_runs_unfused(monkeypatch):
+    monkeypatch.setattr(inductor, "compiler_available", lambda: "no compiler in this test")
+    x, y = torch.randn(3, 5), torch.randn(3, 5)
+    mod = sr.StaticModule(torch.jit.script(block),
+                          options=sr.StaticModuleOptions(fusion_compiler="inductor"))
+    with pytest.warns(RegionWarning, match=r"fused region %\S+.*no compiler in this test"):
+        out = mod(x, y, 0.5, 2)
+    torch.testing.assert_close(out, block(x, y, 0.5, 2))
+    assert "unfused for 1" in mod.describe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RegionWarning)  # warned once per signature
+        torch.testing.assert_close(mod(x, y, 0.5, 2), block(x, y, 0.5, 2))
+
+
+def test_save_and_load_keep_the_regions_and_compile_again(tmp_path):
+    x, y = torch.randn(2, 16), torch.randn(2, 16)
+    mod = sr.StaticModule(torch.jit.script(block),
+                          options=sr.StaticModuleOptions(fusion_compiler="inductor"))
+    expected = mod(x, y, 0.5, 3)
+    mod.save(tmp_path / "m.srm")
+    loaded = sr.load(tmp_path / "m.srm")
+    assert n_regions(loaded) == n_regions(mod) >= 1
+    assert str(loaded.graph) == str(mod.graph)
+    torch.testing.assert_close(loaded(x, y, 0.5, 3), expected)
+    assert "compiled for 1 signature(s)" in loaded.describe()
+
+
+def test_threads_compiling_and_running_the_same_region_at_once():
+    mod = sr.StaticModule(torch.jit.script(block),
+                          options=sr.StaticModuleOptions(fusion_compiler="inductor"))
+    inputs = [(torch.randn(n, 16), torch.randn(n, 16), 0.1 * n, n) for n in (1, 3, 1, 3)]
+    results: list = [None] * len(inputs)
+    errors: list = []
+
+    def work(i):
+        try:
+            for _ in range(5):
+                results[i] = mod(*inputs[i])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors
+    for args, got in zip(inputs, results):
+        torch.testing.assert_close(got, block(*args))
+
+
+def _forked(x: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(torch.tanh(x * 2.0) + x).exp()
+
+
+def _forking(x: torch.Tensor) -> torch.Tensor:
+    fut = torch.jit.fork(_forked, x)
+    here = _forked(x + 1)
+    return torch.jit.wait(fut) + here
+
+
+def test_regions_inside_forked_functions():
+    mods = check(_forking, (torch.randn(4, 4),), (torch.randn(2, 9),),
+                 options={"fused": FUSED["fused"]})
+    assert n_regions(mods["fused"]) >= 1
