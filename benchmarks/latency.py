@@ -91,11 +91,14 @@ if str(ROOT) not in sys.path:  # `python benchmarks/latency.py`: the zoo is impo
 from benchmarks.workers import run_worker  # (needs ROOT on the path)
 
 PEERS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
-         "torch_compile", "onnxruntime")
+         "torch_compile", "onnxruntime", "static_runtime_fused")
+#: ours with fusion_compiler="inductor" (issue 12); a peer only when asked for in --peers
+FUSED = "static_runtime_fused"
 OURS = "static_runtime"
 SHORT = {"eager": "eager", "torchscript": "TorchScript", "optimize_for_inference": "opt4inf",
          "pytorch_static_runtime": "C++ SR", "torch_compile": "compile",
-         "onnxruntime": "ORT", "static_runtime": "ours"}
+         "onnxruntime": "ORT", "static_runtime": "ours",
+         "static_runtime_fused": "ours+fused"}
 CASES = ("mlp:1", "dlrm:1", "dlrm:256", "multi_head_attention:1", "multi_head_attention:64",
          "transformer_encoder:1", "resnet_small:1", "control_flow:1")
 ZOO_PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime")
@@ -426,6 +429,8 @@ def _print_tables(rows: list[dict], peers: tuple[str, ...], repeats: int, calls:
             ratios.append(f"{ours / peer:.2f}" if ours and peer else "—")
         table.add_row(row["model"], str(row["batch"]), *cells, *ratios)
     console.print(table)
+    if FUSED in peers:
+        console.print(_fused_text(_fused_summary(rows)))
 
     ready = Table(title="Getting ready (seconds); our overhead beyond the kernels (µs): "
                         "ours − replay of the same kernel calls, per call and per kernel call")
@@ -483,6 +488,39 @@ def _zoo_ratios(row: dict) -> tuple[float | None, float | None]:
     return (ours / cpp if ours and cpp else None, ours / best if ours and best else None)
 
 
+def _fused_summary(rows: list[dict]) -> dict:
+    """With ``static_runtime_fused`` among the peers: geomeans of fused ÷ C++ SR, fused ÷
+    ours, and in how many cases fused is at most the best other peer (ORT, torch.compile
+    included)."""
+    vs_cpp, vs_ours, at_most_best, cases = [], [], 0, 0
+    for row in rows:
+        rs = row.get("runners", {})
+        times = {n: r.get("median_us") for n, r in rs.items()
+                 if not r.get("note") and r.get("median_us")}
+        fused = times.get(FUSED)
+        if not fused:
+            continue
+        cases += 1
+        if times.get("pytorch_static_runtime"):
+            vs_cpp.append(fused / times["pytorch_static_runtime"])
+        if times.get(OURS):
+            vs_ours.append(fused / times[OURS])
+        others = [t for n, t in times.items() if n not in (FUSED, OURS)]
+        at_most_best += bool(others) and fused <= min(others)
+    return {"fused_cases": cases, "geomean_fused_over_cpp_sr": _geomean(vs_cpp),
+            "geomean_fused_over_ours": _geomean(vs_ours), "fused_at_most_best_peer": at_most_best}
+
+
+def _fused_text(summary: dict) -> str:
+    def f(x):
+        return "—" if x is None else f"{x:.3f}"
+
+    return (f"ours+fused (fusion_compiler='inductor') over {summary['fused_cases']} cases: "
+            f"geomean ÷ C++ SR {f(summary['geomean_fused_over_cpp_sr'])}, ÷ ours "
+            f"{f(summary['geomean_fused_over_ours'])}; at most the best other peer in "
+            f"{summary['fused_at_most_best_peer']}")
+
+
 def _geomean(xs: list[float]) -> float | None:
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
 
@@ -524,6 +562,9 @@ def _print_zoo_tables(rows: list[dict], peers: tuple[str, ...], repeats: int,
     summary = {"geomean_ours_over_cpp_sr": _geomean(cpp_ratios), "cases_cpp_sr": len(cpp_ratios),
                "geomean_ours_over_best": _geomean(best_ratios), "cases_best": len(best_ratios),
                "cases_ours_slower_than_best": sum(x > 1 for x in best_ratios)}
+    if FUSED in peers:
+        summary.update(_fused_summary(rows))
+        console.print(_fused_text(summary))
     g, gb = summary["geomean_ours_over_cpp_sr"], summary["geomean_ours_over_best"]
     console.print(f"geomean ours ÷ C++ SR over {len(cpp_ratios)} cases: "
                   + ("—" if g is None else f"{g:.3f}")
@@ -596,7 +637,7 @@ def main(models: str | None, zoo: bool, quick: bool, peers: str | None, repeats:
          json_out: str | None, worker: str | None, worker_out: str | None) -> None:
     """Latency of every runtime on the built-in models (or the model zoo), side by side."""
     if peers is None:
-        peers = ",".join(ZOO_PEERS if zoo else PEERS)
+        peers = ",".join(ZOO_PEERS if zoo else [p for p in PEERS if p != FUSED])
     peer_list = tuple(p for p in (x.strip() for x in peers.split(",")) if p)
     unknown = [p for p in peer_list if p not in PEERS]
     if unknown:

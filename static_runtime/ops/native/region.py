@@ -38,6 +38,8 @@ from static_runtime.ops.registry import register_native
 
 _NUMBERS = (T.Int, T.Float, T.Bool, T.Number)
 _SCALAR_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
+#: How many run-time numbers' 0-dim tensors a region keeps (then it starts again).
+_MAX_KEPT_SCALARS = 1024
 
 
 class RegionWarning(UserWarning):
@@ -52,7 +54,9 @@ class RegionKernel:
         self.name = name
         self.numbers = tuple(i for i, v in enumerate(graph.inputs) if v.type in _NUMBERS)
         self._kernels: dict[tuple, Any] = {}  # signature → compiled call, or None (unfused)
-        self._last: tuple[tuple, Any] | None = None  # (dtypes, call) of the last signature
+        #: ((position, dtype) of each tensor, call) of the signature compiled last
+        self._last: tuple[tuple, Any] | None = None
+        self._scalars: dict[tuple, torch.Tensor] = {}
         self._lock = threading.Lock()
         self.refusals: dict[tuple, str] = {}
         self.compile_seconds = 0.0
@@ -61,30 +65,39 @@ class RegionKernel:
     # -- the call
 
     def __call__(self, *args: Any) -> Any:
+        args = list(args)
         if self.numbers:
-            args = self._numbers_as_tensors(args)
+            scalars = self._scalars
+            for i in self.numbers:
+                x = args[i]
+                t = scalars.get((type(x), x))
+                args[i] = t if t is not None else self._scalar(x)
         last = self._last
         if last is not None:
             dtypes, call = last
-            if all(getattr(a, "dtype", None) is d for a, d in zip(args, dtypes)):
+            for i, d in dtypes:
+                if args[i].dtype is not d:
+                    break
+            else:
                 try:
-                    out = call(list(args))
-                except AssertionError:
+                    out = call(args[:])  # call() empties the list it gets
+                except AssertionError:  # sizes or strides not those it was compiled for
                     pass
                 else:
                     return out[0] if len(out) == 1 else out
-        call = self._for_signature(args)
-        out = call(list(args))
+        out = self._for_signature(args)(args[:])
         return out[0] if len(out) == 1 else out
 
-    def _numbers_as_tensors(self, args: tuple) -> tuple:
-        args = list(args)
-        for i in self.numbers:
-            x = args[i]
-            args[i] = torch.scalar_tensor(x, dtype=_SCALAR_DTYPE[type(x)])
-        return tuple(args)
+    def _scalar(self, x: Any) -> torch.Tensor:
+        """A number read at run time as the 0-dim tensor the compiled code takes; kept (the
+        code only reads it), so a loop counter's values are made once."""
+        t = torch.scalar_tensor(x, dtype=_SCALAR_DTYPE[type(x)])
+        if len(self._scalars) >= _MAX_KEPT_SCALARS:
+            self._scalars.clear()
+        self._scalars[(type(x), x)] = t
+        return t
 
-    def _for_signature(self, args: tuple) -> Any:
+    def _for_signature(self, args: list) -> Any:
         key = tuple((tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor)
                     else type(a) for a in args)
         with self._lock:
@@ -94,10 +107,11 @@ class RegionKernel:
             if call is None:
                 call = self._unfused
             else:
-                self._last = (tuple(getattr(a, "dtype", None) for a in args), call)
+                self._last = (tuple((i, a.dtype) for i, a in enumerate(args)
+                                    if isinstance(a, torch.Tensor)), call)
         return call
 
-    def _compile(self, key: tuple, args: tuple) -> Any:
+    def _compile(self, key: tuple, args: list) -> Any:
         try:
             compiled = compile_graph(self.trace_function(args), args)
         except CompileRefused as e:
