@@ -315,6 +315,10 @@ class _Run:
             # our own variadic cat/stack (no schema): tensors in, one tensor out
             return _run_on(pn, facts, real=False,
                            fact=lambda x: _tensor_fact(x, device=_common_device(facts)))
+        if kind == "static_runtime::fused_region" and pn.fn is not None:
+            # its subgraph's operators on meta tensors (``RegionKernel.meta``)
+            return _run_on(pn, facts, real=False,
+                           fact=lambda x: _tensor_fact(x, device=_common_device(facts)))
         if len(pn.outputs) != 1 or pn.fn is None or pn.node.schema is None:
             return []
         if kind in _METADATA_KINDS and facts and isinstance(facts[0], TensorFact):
@@ -404,7 +408,7 @@ def _meta_callable(pn: ProcessedNode) -> Any:
     ``Device`` among them, which a meta run must replace); else the node's own."""
     schema = pn.node.schema
     if schema is None:
-        return pn.fn
+        return getattr(pn.fn, "meta", pn.fn)
     key = (schema, len(pn.node.inputs))
     fn = _meta_callables.get(key)
     if fn is None:
