@@ -23,8 +23,9 @@ import torch
 import static_runtime as sr
 
 #: Option sets every case runs under: everything on (the defaults — generated code —, plus
-#: verifying every memory plan), and a minimal pipeline on the reference interpreter (no
-#: passes, no out variants, no arena), so both executors and both paths are exercised.
+#: verifying every memory plan), a minimal pipeline on the reference interpreter (no
+#: passes, no out variants, no arena), so both executors and both paths are exercised, and
+#: the defaults with fused regions compiled by Inductor.
 OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
     "default": sr.StaticModuleOptions(verify_memory_plans=True),
     "plain": sr.StaticModuleOptions(
@@ -35,6 +36,9 @@ OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
         inplace_activations=False, fuse_attention=False, fuse_convolution=False,
         fold_batchnorm=False, fuse_transformer_encoder=False, scalarize_loop_counters=False,
         specialize_signature=False, hoist_views=False),
+    # issue 12: regions of small operators compiled by Inductor (where the C++ compiler
+    # exists; without one, each region warns and runs unfused, which is checked just the same)
+    "fused": sr.StaticModuleOptions(fusion_compiler="inductor", verify_memory_plans=True),
 }
 
 

@@ -4,8 +4,9 @@ as kernels Inductor compiled (``ops/inductor.py``).
 A region is compiled the first time it runs with a given *signature* — its tensors' shapes,
 strides and dtypes and its numbers' types — and the compiled code is kept per signature.
 A call tries the last compiled code first: it checks sizes and strides itself (an
-``AssertionError`` from ``assert_size_stride``) and we check dtypes, so a steady state pays
-nothing for the lookup. Numbers known only at run time reach the compiled code as 0-dim
+``AssertionError`` from ``assert_size_stride``) and we check dtypes and that no tensor is
+empty (``assert_size_stride`` passes every empty tensor), so a steady state pays almost
+nothing for the lookup. Empty tensors run the operators unfused. Numbers known only at run time reach the compiled code as 0-dim
 tensors (int64, float64 or bool); in the traced graph each use is the operator's
 tensor-taking overload (``mul.Scalar`` → ``mul.Tensor``), with a float cast to the default
 dtype where every tensor operand is integral, which is the dtype ``tensor * 0.5`` has — so
@@ -17,9 +18,13 @@ that share memory, would break the alias analysis's model of the node (fresh res
 the first run of each signature checks that, and a region whose compiled code does it runs
 unfused.
 
-When Inductor refuses a signature (no C++ compiler, an operator it cannot lower), a warning
-names the region and the reason, and that signature runs the region's operators one by one
-(``torch.ops``) from then on.
+When Inductor refuses a signature (no C++ compiler, an operator it cannot lower), or the
+region computes float16/bfloat16 tensors (Inductor computes those in float32 and rounds
+once, the operators round after each one: results differ by more than ``assert_close``
+allows), a warning names the region and the reason, and that signature runs the region's
+operators one by one (``torch.ops``) from then on. A new signature runs them unfused once
+before it is compiled, so that arguments the operators refuse raise the operator's own
+error, with a note naming it.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from static_runtime.ops.registry import register_native
 
 _NUMBERS = (T.Int, T.Float, T.Bool, T.Number)
 _SCALAR_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
+_REDUCED = (torch.float16, torch.bfloat16)
 #: How many run-time numbers' 0-dim tensors a region keeps (then it starts again).
 _MAX_KEPT_SCALARS = 1024
 
@@ -76,7 +82,9 @@ class RegionKernel:
         if last is not None:
             dtypes, call = last
             for i, d in dtypes:
-                if args[i].dtype is not d:
+                a = args[i]
+                # (assert_size_stride passes any empty tensor: those never take this path)
+                if a.dtype is not d or not a.numel():
                     break
             else:
                 try:
@@ -98,20 +106,32 @@ class RegionKernel:
         return t
 
     def _for_signature(self, args: list) -> Any:
+        """The compiled call for the signature of ``args``, compiling it the first time; or
+        the unfused operators, for a signature Inductor refused, and for empty tensors."""
+        if any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args):
+            return self._unfused  # nothing to gain, and Inductor's kernels are not for it
         key = tuple((tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor)
                     else type(a) for a in args)
         with self._lock:
             if key not in self._kernels:
+                # The operators first, as they would run: arguments they refuse (shapes
+                # that do not broadcast...) raise their own error here, naming the
+                # operator, and nothing is compiled or remembered for them.
+                self._unfused(args[:])
                 self._kernels[key] = self._compile(key, args)
             call = self._kernels[key]
             if call is None:
-                call = self._unfused
-            else:
-                self._last = (tuple((i, a.dtype) for i, a in enumerate(args)
-                                    if isinstance(a, torch.Tensor)), call)
+                return self._unfused
+            self._last = (tuple((i, a.dtype) for i, a in enumerate(args)
+                                if isinstance(a, torch.Tensor)), call)
         return call
 
     def _compile(self, key: tuple, args: list) -> Any:
+        reduced = self._reduced_precision(args)
+        if reduced is not None:
+            self._refuse(key, f"a {reduced} tensor: Inductor computes in float32 and rounds "
+                              "once, where the operators round after each one")
+            return None
         try:
             compiled = compile_graph(self.trace_function(args), args)
         except CompileRefused as e:
@@ -125,19 +145,30 @@ class RegionKernel:
             return None
         return compiled.call
 
+    def _reduced_precision(self, args: list) -> torch.dtype | None:
+        """A float16/bfloat16 dtype among the region's inputs and results of its operators
+        (a meta run), or None."""
+        seen: list[torch.dtype] = []
+        meta = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+                if isinstance(a, torch.Tensor) else a for a in args]
+        self.trace_function(meta, observe=seen.append)(*meta)
+        return next((d for d in seen if d in _REDUCED), None)
+
     def _refuse(self, key: tuple, reason: str) -> None:
         self.refusals[key] = reason
         warnings.warn(f"fused region {self.name} runs unfused for inputs {_show(key)}: "
                       f"{reason}", RegionWarning, stacklevel=4)
 
     def _unfused(self, args: list) -> tuple:
-        return self.trace_function(args)(*args)
+        return self.trace_function(args, annotate=True)(*args)
 
     # -- the region as a function of tensors, for make_fx
 
-    def trace_function(self, example: tuple | list):
+    def trace_function(self, example: tuple | list, *, annotate: bool = False,
+                       observe: Any = None):
         """The region's operators as a Python function of its inputs (numbers as 0-dim
-        tensors), calling each operator's ``torch.ops`` overload."""
+        tensors), calling each operator's ``torch.ops`` overload. With ``annotate``, an
+        error raised by one of them gets a note naming it (kind and source line)."""
         graph = self.graph
         steps = []
         for node in graph.block.nodes:
@@ -165,9 +196,19 @@ class RegionKernel:
                     for i in numbers:
                         if args[i].is_floating_point() and not floating:
                             args[i] = args[i].to(default)
-                result = op(*[a for a, k in zip(args, keywords) if k is None],
-                            **{k: a for a, k in zip(args, keywords) if k is not None})
+                try:
+                    result = op(*[a for a, k in zip(args, keywords) if k is None],
+                                **{k: a for a, k in zip(args, keywords) if k is not None})
+                except Exception as e:
+                    if annotate:
+                        where = f" at {node.source}" if node.source else ""
+                        e.add_note(f"static_runtime: while running {node.kind}{where} "
+                                   f"in fused region {self.name}")
+                    raise
                 outs = node.outputs
+                if observe is not None:
+                    for t in (result if isinstance(result, (tuple, list)) else (result,)):
+                        observe(t.dtype)
                 if len(outs) == 1:
                     env[outs[0]] = result
                 else:
