@@ -20,6 +20,7 @@ Three measurements, single-threaded, medians of alternated samples:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import statistics
@@ -37,8 +38,8 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import static_runtime as sr  # noqa: E402
-from static_runtime.passes import regions  # noqa: E402
+import static_runtime as sr
+from static_runtime.passes import regions
 
 
 def _alternate(fns: dict, repeats: int = 15, calls: int = 2000) -> dict[str, float]:
@@ -67,7 +68,7 @@ def _chain_tuple(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor]:
 
 def paths(console: Console) -> None:
     import torch._inductor
-    import torch._inductor.config as config
+    from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx_inner
     from torch._inductor.decomposition import select_decomp_table
     from torch.fx.experimental.proxy_tensor import make_fx
@@ -144,7 +145,8 @@ def sizes(console: Console) -> None:
                     fusion_compiler="inductor"))
                 calls = max(20, min(2000, 2_000_000 // numel))
                 with torch.inference_mode():
-                    t = _alternate({"plain": lambda: plain(x), "fused": lambda: fused(x)},
+                    t = _alternate({"plain": functools.partial(plain, x),
+                                    "fused": functools.partial(fused, x)},
                                    repeats=9, calls=calls)
                 cells.append(f"{t['plain'] / t['fused']:.2f} ({t['plain']:.1f}/{t['fused']:.1f})")
             table.add_row(str(numel), *cells)

@@ -91,7 +91,7 @@ def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> Comp
                           for x in example_inputs]
                 traced = make_fx(fn, decomposition_table=select_decomp_table())(*inputs)
                 compiled = compile_fx_inner(traced, inputs)
-        except Exception as e:  # noqa: BLE001 — Inductor raises many kinds; all mean "no"
+        except Exception as e:
             raise CompileRefused(f"{type(e).__name__}: {_first_line(e)}") from e
     call = getattr(compiled, "current_callable", None)
     if call is None:

@@ -183,7 +183,7 @@ def _form(graph: Graph, region: list[Node]) -> bool:
         for v in node.inputs:
             if v in env:
                 continue
-            known, value = constant_value(v)
+            known, _ = constant_value(v)
             if known and not isinstance(v.type, T.TensorType):
                 const = sub.create("prim::Constant", output_types=[v.type])
                 const.attrs = dict(v.node.attrs)

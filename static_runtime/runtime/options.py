@@ -11,7 +11,6 @@ from dataclasses import dataclass, fields
 
 from static_runtime.passes.pipeline import PASS_ORDER
 
-
 #: What ``StaticModuleOptions.fusion_compiler`` may be.
 FUSION_COMPILERS = (None, "inductor")
 

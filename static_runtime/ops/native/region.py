@@ -220,7 +220,7 @@ class RegionKernel:
     def meta(self, *args: Any) -> Any:
         """The region on meta tensors (numbers as given): the shapes and dtypes of its
         results, for the specializer; compiles nothing."""
-        args = [torch.empty((), dtype=_SCALAR_DTYPE[type(args[i])], device="meta")
+        args = [torch.empty((), dtype=_SCALAR_DTYPE[type(a)], device="meta")
                 if i in self.numbers else a for i, a in enumerate(args)]
         out = self.trace_function(args)(*args)
         return out[0] if len(out) == 1 else out
