@@ -82,7 +82,10 @@ def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> Comp
     # graph-lowering context) is per process, not per thread.
     with _LOCK:
         try:
+            from torch._guards import TracingContext, tracing
             from torch._inductor.compile_fx import compile_fx_inner
+            from torch._subclasses.fake_tensor import FakeTensorMode
+            from torch.fx.experimental.symbolic_shapes import ShapeEnv
             from torch._inductor.decomposition import select_decomp_table
             from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -90,7 +93,14 @@ def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> Comp
                 inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
                           for x in example_inputs]
                 traced = make_fx(fn, decomposition_table=select_decomp_table())(*inputs)
-                compiled = compile_fx_inner(traced, inputs)
+                # Inductor's FX graph cache keys shapes through the tracing context's
+                # ShapeEnv and is bypassed without one ("No shape env")
+                # (and hashes a real tensor's values: it is given fake ones)
+                fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+                fakes = [fake_mode.from_tensor(x, static_shapes=True)
+                         if isinstance(x, torch.Tensor) else x for x in inputs]
+                with tracing(TracingContext(fake_mode)):
+                    compiled = compile_fx_inner(traced, fakes)
         except Exception as e:
             raise CompileRefused(f"{type(e).__name__}: {_first_line(e)}") from e
     call = getattr(compiled, "current_callable", None)
