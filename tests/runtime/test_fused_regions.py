@@ -141,3 +141,20 @@ def test_regions_inside_forked_functions():
     mods = check(_forking, (torch.randn(4, 4),), (torch.randn(2, 9),),
                  options={"fused": FUSED["fused"]})
     assert n_regions(mods["fused"]) >= 1
+
+
+def test_a_region_is_compiled_per_intra_op_thread_count():
+    # Inductor's kernels keep the OpenMP thread count they were compiled with
+    x, y = torch.randn(2, 16), torch.randn(2, 16)
+    mod = sr.StaticModule(torch.jit.script(block),
+                          options=sr.StaticModuleOptions(fusion_compiler="inductor"))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = mod(x, y, 0.5, 3)
+        torch.set_num_threads(2)
+        two = mod(x, y, 0.5, 3)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(one, two)
+    assert "compiled for 2 signature(s)" in mod.describe()

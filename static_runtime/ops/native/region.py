@@ -2,7 +2,9 @@
 as kernels Inductor compiled (``ops/inductor.py``).
 
 A region is compiled the first time it runs with a given *signature* — its tensors' shapes,
-strides and dtypes and its numbers' types — and the compiled code is kept per signature.
+strides and dtypes, its numbers' types, and torch's intra-op thread count (Inductor's kernels
+run as many OpenMP threads as there were when they were compiled) — and the compiled code is
+kept per signature.
 A call tries the last compiled code first: it checks sizes and strides itself (an
 ``AssertionError`` from ``assert_size_stride``) and we check dtypes and that no tensor is
 empty (``assert_size_stride`` passes every empty tensor), so a steady state pays almost
@@ -44,6 +46,7 @@ from static_runtime.ops.registry import register_native
 _NUMBERS = (T.Int, T.Float, T.Bool, T.Number)
 _SCALAR_DTYPE = {bool: torch.bool, int: torch.int64, float: torch.float64}
 _REDUCED = (torch.float16, torch.bfloat16)
+_threads = torch.get_num_threads
 #: How many run-time numbers' 0-dim tensors a region keeps (then it starts again).
 _MAX_KEPT_SCALARS = 1024
 
@@ -60,7 +63,7 @@ class RegionKernel:
         self.name = name
         self.numbers = tuple(i for i, v in enumerate(graph.inputs) if v.type in _NUMBERS)
         self._kernels: dict[tuple, Any] = {}  # signature → compiled call, or None (unfused)
-        #: ((position, dtype) of each tensor, call) of the signature compiled last
+        #: (threads, (position, dtype) of each tensor, call) of the signature compiled last
         self._last: tuple[tuple, Any] | None = None
         self._scalars: dict[tuple, torch.Tensor] = {}
         self._lock = threading.Lock()
@@ -79,8 +82,8 @@ class RegionKernel:
                 t = scalars.get((type(x), x))
                 args[i] = t if t is not None else self._scalar(x)
         last = self._last
-        if last is not None:
-            dtypes, call = last
+        if last is not None and last[0] == _threads():
+            _, dtypes, call = last
             for i, d in dtypes:
                 a = args[i]
                 # (assert_size_stride passes any empty tensor: those never take this path)
@@ -110,8 +113,10 @@ class RegionKernel:
         the unfused operators, for a signature Inductor refused, and for empty tensors."""
         if any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args):
             return self._unfused  # nothing to gain, and Inductor's kernels are not for it
-        key = tuple((tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor)
-                    else type(a) for a in args)
+        # Inductor's kernels run as many OpenMP threads as torch had when they were compiled
+        threads = _threads()
+        key = (threads,) + tuple((tuple(a.shape), a.stride(), a.dtype)
+                                 if isinstance(a, torch.Tensor) else type(a) for a in args)
         with self._lock:
             if key not in self._kernels:
                 # The operators first, as they would run: arguments they refuse (shapes
@@ -122,8 +127,8 @@ class RegionKernel:
             call = self._kernels[key]
             if call is None:
                 return self._unfused
-            self._last = (tuple((i, a.dtype) for i, a in enumerate(args)
-                                if isinstance(a, torch.Tensor)), call)
+            self._last = (threads, tuple((i, a.dtype) for i, a in enumerate(args)
+                                         if isinstance(a, torch.Tensor)), call)
         return call
 
     def _compile(self, key: tuple, args: list) -> Any:
@@ -249,6 +254,7 @@ def _aliasing(args: tuple, out: tuple) -> str | None:
 
 
 def _show(key: tuple) -> str:
+    key = key[1:]  # the thread count
     return "(" + ", ".join(
         f"{str(k[2]).removeprefix('torch.')}{list(k[0])}" if isinstance(k, tuple)
         else k.__name__ for k in key) + ")"
