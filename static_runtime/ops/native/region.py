@@ -31,6 +31,7 @@ error, with a note naming it.
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from typing import Any
@@ -70,6 +71,7 @@ class RegionKernel:
         self.refusals: dict[tuple, str] = {}
         self.compile_seconds = 0.0
         self.__sr_label__ = "Inductor-compiled fused kernels"
+        self._annotated = self.trace_function(annotate=True)
 
     # -- the call
 
@@ -138,7 +140,7 @@ class RegionKernel:
                               "once, where the operators round after each one")
             return None
         try:
-            compiled = compile_graph(self.trace_function(args), args)
+            compiled = compile_graph(self.trace_function(), args)
         except CompileRefused as e:
             self._refuse(key, str(e))
             return None
@@ -156,7 +158,7 @@ class RegionKernel:
         seen: list[torch.dtype] = []
         meta = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
                 if isinstance(a, torch.Tensor) else a for a in args]
-        self.trace_function(meta, observe=seen.append)(*meta)
+        self.trace_function(observe=seen.append)(*meta)
         return next((d for d in seen if d in _REDUCED), None)
 
     def _refuse(self, key: tuple, reason: str) -> None:
@@ -165,17 +167,16 @@ class RegionKernel:
                       f"{reason}", RegionWarning, stacklevel=4)
 
     def _unfused(self, args: list) -> tuple:
-        return self.trace_function(args, annotate=True)(*args)
+        return self._annotated(*args)
 
     # -- the region as a function of tensors, for make_fx
 
-    def trace_function(self, example: tuple | list, *, annotate: bool = False,
-                       observe: Any = None):
-        """The region's operators as a Python function of its inputs (numbers as 0-dim
-        tensors), calling each operator's ``torch.ops`` overload. With ``annotate``, an
-        error raised by one of them gets a note naming it (kind and source line)."""
-        graph = self.graph
-        steps = []
+    @functools.cached_property
+    def _steps(self) -> list[tuple]:
+        """For each operator: the node, its ``torch.ops`` overload (the tensor-taking one
+        where numbers come in as 0-dim tensors), those positions, and which arguments are
+        keyword-only (their names)."""
+        graph, steps = self.graph, []
         for node in graph.block.nodes:
             if node.kind == "prim::Constant":
                 continue
@@ -183,9 +184,16 @@ class RegionKernel:
                                 if v in graph.inputs and v.type in _NUMBERS)
             schema = S.scalar_as_tensor_overload(node.schema, numbers) if numbers else \
                 node.schema
-            specs = S.parse(schema).arguments
-            keywords = tuple(spec.name if spec.kwarg_only else None for spec in specs)
+            keywords = tuple(a.name if a.kwarg_only else None for a in S.parse(schema).arguments)
             steps.append((node, S.resolve_overload(schema), numbers, keywords))
+        return steps
+
+    def trace_function(self, *, annotate: bool = False, observe: Any = None):
+        """The region's operators as a Python function of its inputs (numbers as 0-dim
+        tensors), calling each operator's ``torch.ops`` overload: what ``make_fx`` traces,
+        and the unfused path. With ``annotate``, an error raised by one of them gets a note
+        naming it (kind and source line); ``observe`` sees each result's dtype."""
+        graph, steps = self.graph, self._steps
         constants = {n.output: n.attrs.get("value") for n in graph.block.nodes
                      if n.kind == "prim::Constant"}
         default = torch.get_default_dtype()
@@ -195,7 +203,7 @@ class RegionKernel:
             env.update(zip(graph.inputs, inputs))
             for node, op, numbers, keywords in steps:
                 args = [env[v] for v in node.inputs]
-                if numbers:
+                if numbers:  # a float with only integral tensors: the default dtype's
                     floating = any(isinstance(a, torch.Tensor) and a.is_floating_point()
                                    for i, a in enumerate(args) if i not in numbers)
                     for i in numbers:
@@ -227,7 +235,7 @@ class RegionKernel:
         results, for the specializer; compiles nothing."""
         args = [torch.empty((), dtype=_SCALAR_DTYPE[type(a)], device="meta")
                 if i in self.numbers else a for i, a in enumerate(args)]
-        out = self.trace_function(args)(*args)
+        out = self.trace_function()(*args)
         return out[0] if len(out) == 1 else out
 
     # -- describe
