@@ -12,6 +12,7 @@ from static_runtime.cli.common import Group
 from static_runtime.cli.compare_cmds import bench, demo
 from static_runtime.cli.inspect_cmd import inspect
 from static_runtime.cli.profile_cmd import profile
+from static_runtime.cli.serve_cmds import predict, serve
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,5 +33,7 @@ main.add_command(demo)
 main.add_command(bench)
 main.add_command(profile)
 main.add_command(inspect)
+main.add_command(serve)
+main.add_command(predict)
 
 __all__ = ["main"]
