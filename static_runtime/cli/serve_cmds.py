@@ -69,7 +69,7 @@ def _answers(url: str, timeout_s: float) -> bool:
 @click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="How long a replica waits for a batch to fill.")
 @click.option("--max-ongoing-requests", type=click.IntRange(min=1), default=None,
-              help="Requests a replica holds at once [default: max(4, 2 x max batch size)].")
+              help="Requests a replica holds at once [default: max(32, 2 x max batch size)].")
 @click.option("--ready-timeout", type=click.FloatRange(min=1), default=180.0, show_default=True,
               help="Seconds to wait for the first answer before giving up.")
 def serve(model: str, replicas: int, host: str, port: int, max_batch_size: int,

@@ -24,6 +24,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from differential import script
@@ -119,7 +120,7 @@ def test_predictor_equals_direct_calls_row_by_row(cluster):
     rows = sorted(out.take_all(), key=lambda r: r["id"])
     assert [r["id"] for r in rows] == list(range(50))
     for r in rows:
-        torch.testing.assert_close(torch.from_numpy(r["output"]), direct(x[r["id"]][None])[0])
+        torch.testing.assert_close(torch.tensor(r["output"]), direct(x[r["id"]][None])[0])
 
 
 def test_predict_command_writes_parquet_in_order(cluster):
@@ -142,18 +143,17 @@ def test_predict_command_writes_parquet_in_order(cluster):
     assert json.loads(result.output.strip().splitlines()[-1])["rows"] == 40
     table = pq.read_table(root / "out.parquet")
     assert table.column("id").to_pylist() == list(range(40))
-    got = torch.tensor([list(map(float, row)) for row in _rows(table.column("output"))])
-    torch.testing.assert_close(got, sr.load(path)(x))
+    torch.testing.assert_close(_rows(table.column("output")), sr.load(path)(x))
     bad = CliRunner().invoke(main, ["predict", str(path), "--input", str(root / "in.parquet"),
                                     "--output", str(root / "o2.parquet"), "--columns", "nope"])
     assert bad.exit_code == 1 and "['nope'] not in" in bad.output
 
 
-def _rows(column):
-    """The rows of a tensor column as lists, whatever Arrow type Ray gave it."""
-    return [r if isinstance(r, list) else list(r) for r in column.combine_chunks().to_numpy(
-        zero_copy_only=False)] if not hasattr(column.type, "storage_type") else \
-        column.combine_chunks().to_numpy_ndarray().tolist()
+def _rows(column) -> torch.Tensor:
+    """A column of equal-length rows (Ray's tensor extension type, or the plain list type it
+    is stored as) as one tensor."""
+    return torch.from_numpy(np.stack([np.asarray(r, dtype=np.float32)
+                                      for r in column.to_pylist()]))
 
 
 # --------------------------------------------------------------------------- Ray Serve
