@@ -1,7 +1,9 @@
 """The ``static-runtime`` command (also ``python -m static_runtime``).
 
 ``demo`` runs a built-in model through the runtimes people use today and ours; ``bench``,
-``profile`` and ``inspect`` do the same, per node, and inside out for a user's model.
+``profile`` and ``inspect`` do the same, per node, and inside out for a user's model;
+``serve`` and ``predict`` run it behind Ray Serve and over a Parquet file with Ray Data (the
+``serve`` extra, imported only by them).
 """
 
 from __future__ import annotations
