@@ -16,10 +16,12 @@ actor loads it without preparing the model again. A TorchScript (``.pt``) or tor
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from static_runtime.serving.codec import RequestError
-from static_runtime.serving.loading import ModelSource, load_model
+from static_runtime.serving.loading import ModelSource, is_prepared_module, load_model
 from static_runtime.serving.predictor import Predictor
 
 __all__ = ["Predictor", "RequestError", "build_app", "load_model"]
@@ -55,6 +57,11 @@ def build_app(model: ModelSource, *, replicas: int = 1, max_batch_size: int = 1,
         raise ValueError(f"max_batch_size must be a positive integer, got {max_batch_size!r}")
     if batch_wait_timeout_s < 0:
         raise ValueError(f"batch_wait_timeout_s must be >= 0, got {batch_wait_timeout_s!r}")
+    if options is not None and isinstance(model, (str, os.PathLike)) \
+            and Path(model).is_file() and is_prepared_module(Path(model)):
+        # Refused here, not in each replica, where Serve would retry the failing constructor.
+        raise ValueError(f"{model} is a prepared module: its options were fixed when it was "
+                         "saved; pass options=None")
     if max_ongoing_requests is None:
         max_ongoing_requests = max(32, 2 * max_batch_size)
     deployment = StaticModuleDeployment.options(

@@ -16,11 +16,19 @@ from typing import Any
 
 from ray import serve
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import Response
 
 from static_runtime.runtime.binding import ArgumentError, describe_signature
 from static_runtime.serving import batching, codec
 from static_runtime.serving.loading import load_model
+
+
+def _json(content: dict, status: int = 200) -> Response:
+    """A JSON response in which non-finite floats are written as ``NaN``/``Infinity`` (as
+    Python's and JavaScript's parsers read them) rather than refused, as starlette's
+    ``JSONResponse`` does: a model may well return ``-inf``."""
+    return Response(json.dumps(content, separators=(",", ":")), status,
+                    media_type="application/json")
 
 
 def _message(e: BaseException) -> str:
@@ -45,30 +53,30 @@ class StaticModuleDeployment:
         self.calls = 0       # calls of the module
         self.requests = 0    # requests answered by them (more than calls when joined)
 
-    async def __call__(self, request: Request) -> JSONResponse:
+    async def __call__(self, request: Request) -> Response:
         if request.method == "GET":
-            return JSONResponse({"signature": self.signature,
+            return _json({"signature": self.signature,
                                  "max_batch_size": self._max_batch_size()})
         if request.method != "POST":
-            return JSONResponse({"error": f"method {request.method} not allowed; POST a JSON "
+            return _json({"error": f"method {request.method} not allowed; POST a JSON "
                                  "body {\"inputs\": [...], \"kwargs\": {...}}"}, 405)
         raw = await request.body()
         try:
             body = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            return JSONResponse({"error": f"the body is not valid JSON: {e}"}, 400)
+            return _json({"error": f"the body is not valid JSON: {e}"}, 400)
         try:
             args, kwargs = codec.decode_request(body)
         except codec.RequestError as e:
-            return JSONResponse({"error": _message(e)}, 400)
+            return _json({"error": _message(e)}, 400)
         ok, result = await self._outcome(args, kwargs)
         if ok:
             try:
-                return JSONResponse(codec.encode_outputs(result))
+                return _json(codec.encode_outputs(result))
             except TypeError as e:
-                return JSONResponse({"error": _message(e)}, 500)
+                return _json({"error": _message(e)}, 500)
         status = 400 if isinstance(result, ArgumentError) else 500
-        return JSONResponse({"error": _message(result)}, status)
+        return _json({"error": _message(result)}, status)
 
     async def predict(self, args: list | tuple = (), kwargs: dict | None = None) -> Any:
         """The handle path: ``handle.predict.remote(args, kwargs)`` returns the model's output

@@ -69,3 +69,10 @@ def test_bad_requests_name_what_is_wrong(body, words):
     with pytest.raises(RequestError) as info:
         codec.decode_request(body)
     assert words in str(info.value)
+
+
+def test_non_finite_floats_round_trip():
+    t = torch.tensor([float("inf"), float("-inf"), float("nan"), 1.5])
+    wire = json.loads(json.dumps(codec.encode_outputs(t)))
+    (back,) = codec.decode_outputs(wire)
+    torch.testing.assert_close(back, t, equal_nan=True)
