@@ -5,9 +5,8 @@ under concurrent clients with mixed shapes; each bad request gets its 400, a mod
 500, overload a 503; a replica killed under a bounded load is replaced and later requests
 succeed; ``static-runtime serve`` answers and stops on SIGTERM.
 
-One Ray instance serves the whole module; the module is one xdist group (run with
-``--dist loadgroup``, as the README's command does) so that two workers never start Ray or Serve
-at once. Every loop is bounded in count and in time, every request has a timeout.
+One Ray instance serves the whole module; under xdist the module is one unit of work
+(``tests/conftest.py``), so that two workers never start Ray or Serve at once. Every loop is bounded in count and in time, every request has a timeout.
 """
 
 from __future__ import annotations
@@ -38,8 +37,6 @@ from ray import serve
 
 from static_runtime import serving
 from static_runtime.serving import codec
-
-pytestmark = pytest.mark.xdist_group("ray")
 
 TIMEOUT_S = 30.0       # any single request
 SMALL = {"num_cpus": 0.25}
