@@ -1,7 +1,9 @@
 """The ``static-runtime`` command (also ``python -m static_runtime``).
 
 ``demo`` runs a built-in model through the runtimes people use today and ours; ``bench``,
-``profile`` and ``inspect`` do the same, per node, and inside out for a user's model.
+``profile`` and ``inspect`` do the same, per node, and inside out for a user's model;
+``serve`` and ``predict`` run it behind Ray Serve and over a Parquet file with Ray Data (the
+``serve`` extra, imported only by them).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from static_runtime.cli.common import Group
 from static_runtime.cli.compare_cmds import bench, demo
 from static_runtime.cli.inspect_cmd import inspect
 from static_runtime.cli.profile_cmd import profile
+from static_runtime.cli.serve_cmds import predict, serve
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -32,5 +35,7 @@ main.add_command(demo)
 main.add_command(bench)
 main.add_command(profile)
 main.add_command(inspect)
+main.add_command(serve)
+main.add_command(predict)
 
 __all__ = ["main"]

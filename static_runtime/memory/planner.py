@@ -260,7 +260,7 @@ def _checked(requests: Iterable[TensorRequest], alignment: int) -> list[TensorRe
 # -- storage groups ----------------------------------------------------------------------------
 
 
-class GroupPolicy(enum.StrEnum):
+class GroupPolicy(str, enum.Enum):  # enum.StrEnum is Python 3.11+
     """Which free storage group a new tensor joins (``plan_storage_groups``)."""
 
     BEST_FIT = "best_fit"

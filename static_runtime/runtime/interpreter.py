@@ -35,7 +35,7 @@ def annotate(e: BaseException, pn: ProcessedNode) -> None:
     """Add a note naming the node (kind and source line) to an exception raised inside it."""
     note = f"static_runtime: while running {pn.where()}"
     if note not in getattr(e, "__notes__", ()):
-        e.add_note(note)
+        e.__notes__ = [*getattr(e, "__notes__", ()), note]  # add_note is Python 3.11+
 
 
 @dataclass(frozen=True)
