@@ -69,9 +69,14 @@ def _is_file(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> Compiled:
+def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any], *,
+                  cpp_wrapper: bool = False) -> Compiled:
     """Compile ``fn`` (an FX ``GraphModule`` or any function of tensors that returns a tuple
-    of tensors) for inputs like ``example_inputs``. Raises ``CompileRefused``."""
+    of tensors) for inputs like ``example_inputs``. Raises ``CompileRefused``.
+
+    ``cpp_wrapper``: the wrapper that allocates buffers and calls the kernels is generated
+    in C++ too (Inductor's ``cpp_wrapper`` mode), not Python — worth it for graphs of many
+    small kernels and buffers (an unrolled recurrence), at the price of a longer compile."""
     import time
 
     reason = compiler_available()
@@ -90,7 +95,14 @@ def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> Comp
                 inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
                           for x in example_inputs]
                 traced = make_fx(fn, decomposition_table=select_decomp_table())(*inputs)
-                compiled = compile_fx_inner(traced, inputs)
+                if cpp_wrapper:
+                    from torch._inductor import config
+                    from torch._inductor.compile_fx import get_cpp_wrapper_config
+
+                    with config.patch(get_cpp_wrapper_config()):
+                        compiled = compile_fx_inner(traced, inputs, cpp_wrapper=True)
+                else:
+                    compiled = compile_fx_inner(traced, inputs)
         except Exception as e:  # noqa: BLE001 — Inductor raises many kinds; all mean "no"
             raise CompileRefused(f"{type(e).__name__}: {_first_line(e)}") from e
     call = getattr(compiled, "current_callable", None)

@@ -52,6 +52,13 @@ class StaticModuleOptions:
     fuse_transformer_encoder: bool = True
     #: a loop counter carried in a 0-dim int64 tensor (torch.export's while_loop) → an int
     scalarize_loop_counters: bool = True
+    #: with ``fusion_compiler``: an LSTM/GRU layer with constant weights → compiled per input
+    #: signature (``passes/recurrent.py``); does nothing while ``fusion_compiler`` is None
+    compile_recurrent: bool = True
+
+    #: None, or "inductor": regions of small operators and recurrent layers compiled into
+    #: fused kernels
+    fusion_compiler: str | None = None
 
     #: Run the IR verifier after every pass (slower preparation; for debugging passes).
     verify_passes: bool = False
@@ -84,7 +91,9 @@ class StaticModuleOptions:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            expected = {"bool": bool, "int": int, "str": str}[f.type]
+            if f.type == "str | None" and value is None:
+                continue
+            expected = {"bool": bool, "int": int, "str": str, "str | None": str}[f.type]
             if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
                 raise TypeError(f"StaticModuleOptions.{f.name} must be a {f.type}, "
                                 f"got {type(value).__name__}")
@@ -99,9 +108,14 @@ class StaticModuleOptions:
         if self.executor not in ("codegen", "interpreter"):
             raise ValueError(f"StaticModuleOptions.executor must be 'codegen' or 'interpreter', "
                              f"got {self.executor!r}")
+        if self.fusion_compiler not in (None, "inductor"):
+            raise ValueError("StaticModuleOptions.fusion_compiler must be None or 'inductor', "
+                             f"got {self.fusion_compiler!r}")
         if self.memory_planner not in ("best", "greedy_by_size", "storage_groups"):
             raise ValueError(f"StaticModuleOptions.memory_planner must be 'best', "
                              f"'greedy_by_size' or 'storage_groups', got {self.memory_planner!r}")
 
     def passes_enabled(self) -> dict[str, bool]:
-        return {name: getattr(self, name) for name in PASS_ORDER}
+        enabled = {name: getattr(self, name) for name in PASS_ORDER}
+        enabled["compile_recurrent"] &= self.fusion_compiler is not None
+        return enabled
