@@ -95,14 +95,15 @@ def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any], *,
                 inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
                           for x in example_inputs]
                 traced = make_fx(fn, decomposition_table=select_decomp_table())(*inputs)
-                if cpp_wrapper:
-                    from torch._inductor import config
-                    from torch._inductor.compile_fx import get_cpp_wrapper_config
+                with _cacheable():
+                    if cpp_wrapper:
+                        from torch._inductor import config
+                        from torch._inductor.compile_fx import get_cpp_wrapper_config
 
-                    with config.patch(get_cpp_wrapper_config()):
-                        compiled = compile_fx_inner(traced, inputs, cpp_wrapper=True)
-                else:
-                    compiled = compile_fx_inner(traced, inputs)
+                        with config.patch(get_cpp_wrapper_config()):
+                            compiled = compile_fx_inner(traced, inputs, cpp_wrapper=True)
+                    else:
+                        compiled = compile_fx_inner(traced, inputs)
         except Exception as e:  # noqa: BLE001 — Inductor raises many kinds; all mean "no"
             raise CompileRefused(f"{type(e).__name__}: {_first_line(e)}") from e
     call = getattr(compiled, "current_callable", None)
@@ -110,6 +111,17 @@ def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any], *,
         raise CompileRefused("Inductor returned no callable (its result type changed)")
     source = getattr(compiled, "source_code", "") or ""
     return Compiled(call, source, time.perf_counter() - start)
+
+
+def _cacheable():
+    """A tracing context whose fake mode has a shape environment: without one, Inductor's
+    FX graph cache is bypassed ("No shape env") and every compile starts from scratch."""
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv(),
+                                                 allow_non_fake_inputs=True)))
 
 
 def _first_line(e: BaseException) -> str:

@@ -9,17 +9,21 @@ Per input signature (the input's and initial state's shapes and strides, hence t
 length and batch) the whole recurrence is compiled once by Inductor (``ops/inductor.py``):
 the input projections of all time steps as one GEMM per layer and direction, then every
 step unrolled. At small batch the recurrent product ``h @ W_hh.T`` is written as a
-broadcast multiply and a sum over the hidden size, one per gate, so that Inductor fuses a
+broadcast multiply and a sum over the hidden size, one per gate, on ``W_hh`` transposed
+once (vectors run along the gate's outputs, no horizontal sums), so that Inductor fuses a
 step's products and its gate arithmetic into one vectorised loop nest — and all steps of a
 direction into one C++ kernel, with no call back into Python or ATen between steps. At
 larger batch the product stays a GEMM (one ``addmm`` per step) and the gates one fused
-kernel. Both measured in ``benchmarks/recurrent.py``.
+kernel. The wrapper that allocates the buffers and calls the kernels is Inductor's C++ one.
+Every choice was measured (``benchmarks/recurrent.py --variants``; BENCHMARKS.md, "Issue
+12: recurrent layers").
 
 ATen's kernel runs instead when the call is not the one compiled for: another dtype than
 float32, a tensor not on the CPU (the planning run's meta tensors), an input that is not 3-D
 or whose sizes do not fit the weights (ATen then raises its usual error), a sequence so
-long that unrolling it would compile too slowly (``MAX_UNROLLED_STEPS``), or a signature
-Inductor refused — which is warned about once per signature, naming the node.
+long that unrolling it would compile too slowly (``MAX_UNROLLED_STEPS``), an LSTM at a
+batch where ATen's oneDNN kernel is as fast (``LSTM_MAX_BATCH``), or a signature Inductor
+refused — which is warned about once per signature, naming the node.
 """
 
 from __future__ import annotations
@@ -47,14 +51,23 @@ GATES = {"lstm": 4, "gru": 3}
 #: At most this many time steps × layers × directions are unrolled into one compiled graph;
 #: longer sequences run ATen's kernel (Inductor's compile time grows with the unrolled
 #: graph: see BENCHMARKS.md, "Issue 12: recurrent layers").
-MAX_UNROLLED_STEPS = 256
-#: Up to this batch the recurrent product is a fused multiply-sum, above it a GEMM.
-MATVEC_MAX_BATCH = 4
-#: How the multiply-sum reads ``W_hh`` ("rows" or "columns", see ``PRODUCTS``).
+MAX_UNROLLED_STEPS = 128
+#: Up to this batch the recurrent product is a fused multiply-sum, above it a GEMM. At batch
+#: 8 the multiply-sum was still the faster (bidirectional GRU 32 → 48: 0.28 × ATen's time
+#: against 0.34 × as a GEMM).
+MATVEC_MAX_BATCH = 8
+#: How the multiply-sum reads ``W_hh`` ("rows" or "columns", see ``PRODUCTS``): "columns"
+#: measured faster at batch 1 (LSTM 0.57 against 0.54-0.63 ×, GRU 0.13 against 0.15 ×).
 MATVEC_PRODUCT = "columns"
-#: Compile with Inductor's C++ wrapper (buffers and kernel calls in C++, not Python).
+#: Compile with Inductor's C++ wrapper (buffers and kernel calls in C++, not Python): an
+#: unrolled recurrence allocates a few buffers per step, which the Python wrapper pays
+#: ~1 µs each for (GRU at batch 1: 0.13 × ATen's time against 0.23 ×).
 CPP_WRAPPER = True
-#: Compiled signatures kept per node (least recently used dropped first).
+#: Above this batch an LSTM keeps ATen's kernel, which is oneDNN's RNN primitive on the CPU
+#: (at batch 8 the compiled recurrence took 1.05-1.18 × its time); ATen's GRU has no such
+#: kernel and is compiled at every batch.
+LSTM_MAX_BATCH = 4
+#: Compiled signatures kept per node (the first compiled dropped first).
 MAX_SIGNATURES = 8
 
 
@@ -231,6 +244,8 @@ class CompiledRecurrence:
                     and tuple(s.shape) == expected and not s.requires_grad):
                 return None
         if steps == 0 or batch == 0 or steps * self.num_layers * self.dirs > MAX_UNROLLED_STEPS:
+            return None
+        if self.mode == "lstm" and batch > LSTM_MAX_BATCH:
             return None
         return (tuple(x.shape), x.stride(), *((tuple(s.shape), s.stride()) for s in state))
 
