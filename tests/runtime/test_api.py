@@ -74,7 +74,7 @@ def test_options_must_be_options():
 
 
 _WRONG_VALUES = {"bool": [1, 0, "yes", None], "int": [True, 2.0, "8", None],
-                 "str": [1, True, None]}
+                 "str": [1, True, None], "str | None": [1, True, b"inductor"]}
 
 
 @pytest.mark.parametrize("field,value", [
@@ -91,6 +91,8 @@ def test_option_values_must_be_in_range():
         sr.StaticModuleOptions(memory_planner="first_fit")
     with pytest.raises(ValueError, match="executor"):
         sr.StaticModuleOptions(executor="jit")
+    with pytest.raises(ValueError, match="fusion_compiler"):
+        sr.StaticModuleOptions(fusion_compiler="tvm")
 
 
 def test_unknown_option_is_refused():
