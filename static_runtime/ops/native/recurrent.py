@@ -49,9 +49,10 @@ GRU = ("static_runtime::gru(Tensor input, Tensor hx, Tensor[] params, bool has_b
 #: Gate blocks per weight matrix (PyTorch's layout: LSTM i, f, g, o; GRU r, z, n).
 GATES = {"lstm": 4, "gru": 3}
 #: At most this many time steps × layers × directions are unrolled into one compiled graph;
-#: longer sequences run ATen's kernel (Inductor's compile time grows with the unrolled
-#: graph: see BENCHMARKS.md, "Issue 12: recurrent layers").
-MAX_UNROLLED_STEPS = 128
+#: longer sequences run ATen's kernel. Inductor's compile time grows with the unrolled
+#: graph: a cold compile of 2 layers × 20 steps took 30-85 s on the busy 2-core machine
+#: (BENCHMARKS.md, "Issue 12: recurrent layers"); a warm one (on-disk cache) ~1-6 s.
+MAX_UNROLLED_STEPS = 64
 #: Up to this batch the recurrent product is a fused multiply-sum, above it a GEMM. At batch
 #: 8 the multiply-sum was still the faster (bidirectional GRU 32 → 48: 0.28 × ATen's time
 #: against 0.34 × as a GEMM).
