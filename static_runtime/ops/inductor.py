@@ -69,9 +69,14 @@ def _is_file(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
-def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> Compiled:
+def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any], *,
+                  cpp_wrapper: bool = False) -> Compiled:
     """Compile ``fn`` (an FX ``GraphModule`` or any function of tensors that returns a tuple
-    of tensors) for inputs like ``example_inputs``. Raises ``CompileRefused``."""
+    of tensors) for inputs like ``example_inputs``. Raises ``CompileRefused``.
+
+    ``cpp_wrapper``: the wrapper that allocates buffers and calls the kernels is generated
+    in C++ too (Inductor's ``cpp_wrapper`` mode), not Python — worth it for graphs of many
+    small kernels and buffers (an unrolled recurrence), at the price of a longer compile."""
     import time
 
     reason = compiler_available()
@@ -84,24 +89,31 @@ def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any]) -> Comp
         try:
             from torch._guards import TracingContext, tracing
             from torch._inductor.compile_fx import compile_fx_inner
-            from torch._subclasses.fake_tensor import FakeTensorMode
-            from torch.fx.experimental.symbolic_shapes import ShapeEnv
             from torch._inductor.decomposition import select_decomp_table
+            from torch._subclasses.fake_tensor import FakeTensorMode
             from torch.fx.experimental.proxy_tensor import make_fx
+            from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
             with torch.inference_mode(False), torch.no_grad():
                 inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
                           for x in example_inputs]
                 traced = make_fx(fn, decomposition_table=select_decomp_table())(*inputs)
                 # Inductor's FX graph cache keys shapes through the tracing context's
-                # ShapeEnv and is bypassed without one ("No shape env")
-                # (and hashes a real tensor's values: it is given fake ones)
+                # ShapeEnv and is bypassed without one ("No shape env"); it also hashes a
+                # real tensor's values, so it is given fake ones
                 fake_mode = FakeTensorMode(shape_env=ShapeEnv())
                 fakes = [fake_mode.from_tensor(x, static_shapes=True)
                          if isinstance(x, torch.Tensor) else x for x in inputs]
                 with tracing(TracingContext(fake_mode)):
-                    compiled = compile_fx_inner(traced, fakes)
-        except Exception as e:
+                    if cpp_wrapper:
+                        from torch._inductor import config
+                        from torch._inductor.compile_fx import get_cpp_wrapper_config
+
+                        with config.patch(get_cpp_wrapper_config()):
+                            compiled = compile_fx_inner(traced, fakes, cpp_wrapper=True)
+                    else:
+                        compiled = compile_fx_inner(traced, fakes)
+        except Exception as e:  # Inductor raises many kinds; all mean "no"
             raise CompileRefused(f"{type(e).__name__}: {_first_line(e)}") from e
     call = getattr(compiled, "current_callable", None)
     if call is None:

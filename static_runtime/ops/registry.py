@@ -152,6 +152,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         fused,
         objects,
         prim,
+        recurrent,
         region,
         scalars,
         specialized,

@@ -15,6 +15,7 @@ from static_runtime.passes.fusion import fuse_attention, fuse_convolution
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.noops import remove_noops
+from static_runtime.passes.recurrent import compile_recurrent
 from static_runtime.passes.regions import fuse_regions
 from static_runtime.passes.transformer import fuse_transformer_encoder
 from static_runtime.passes.tuples import merge_tuple_unpacks
@@ -33,6 +34,7 @@ PASSES: dict[str, Callable[[Graph], bool]] = {
     "fold_batchnorm": fold_batchnorm,
     "fuse_attention": fuse_attention,
     "fuse_convolution": fuse_convolution,
+    "compile_recurrent": compile_recurrent,
     "eliminate_dead_code": eliminate_dead_code,
     "fuse_regions": fuse_regions,
     "inplace_activations": inplace_activations,

@@ -58,6 +58,9 @@ class StaticModuleOptions:
     fuse_regions: bool = True
     #: a loop counter carried in a 0-dim int64 tensor (torch.export's while_loop) → an int
     scalarize_loop_counters: bool = True
+    #: with ``fusion_compiler``: an LSTM/GRU layer with constant weights → compiled per input
+    #: signature (``passes/recurrent.py``); does nothing while ``fusion_compiler`` is None
+    compile_recurrent: bool = True
 
     #: Run the IR verifier after every pass (slower preparation; for debugging passes).
     verify_passes: bool = False
@@ -123,4 +126,5 @@ class StaticModuleOptions:
     def passes_enabled(self) -> dict[str, bool]:
         enabled = {name: getattr(self, name) for name in PASS_ORDER}
         enabled["fuse_regions"] = self.fuse_regions and self.fusion_compiler is not None
+        enabled["compile_recurrent"] &= self.fusion_compiler is not None
         return enabled

@@ -215,8 +215,9 @@ class RegionKernel:
                 except Exception as e:
                     if annotate:
                         where = f" at {node.source}" if node.source else ""
-                        e.add_note(f"static_runtime: while running {node.kind}{where} "
-                                   f"in fused region {self.name}")
+                        note = (f"static_runtime: while running {node.kind}{where} in fused "
+                                f"region {self.name}")
+                        e.__notes__ = [*getattr(e, "__notes__", ()), note]  # (3.10: no add_note)
                     raise
                 outs = node.outputs
                 if observe is not None:
