@@ -216,3 +216,118 @@ def test_options_switch_fusions_off():
     net = torch.jit.script(ConvNet().eval())
     off = sr.StaticModuleOptions(fuse_convolution=False)
     assert "static_runtime::conv2d_pointwise" not in kinds(net, off)
+
+
+class InvertedResidual(torch.nn.Module):
+    """MobileNet-style: 1 x 1 expansion + ReLU6 (hardtanh 0..6), depthwise 3 x 3 +
+    BatchNorm + hardswish, squeeze-excite (hardsigmoid, mul), 1 x 1 projection + residual,
+    a SiLU, pooled to 1 x 1 and flattened."""
+
+    def __init__(self, c=8, mid=16):
+        super().__init__()
+        self.expand = torch.nn.Conv2d(c, mid, 1, bias=False)
+        self.act1 = torch.nn.ReLU6()
+        self.dw = torch.nn.Conv2d(mid, mid, 3, padding=1, groups=mid, bias=False)
+        self.bn = torch.nn.BatchNorm2d(mid)
+        self.act2 = torch.nn.Hardswish()
+        self.reduce = torch.nn.Conv2d(mid, 4, 1)
+        self.restore = torch.nn.Conv2d(4, mid, 1)
+        self.project = torch.nn.Conv2d(mid, c, 1)
+        self.down = torch.nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.2, 0.2)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        y = self.act2(self.bn(self.dw(self.act1(self.expand(x)))))
+        s = torch.nn.functional.adaptive_avg_pool2d(y, 1)
+        y = y * torch.nn.functional.hardsigmoid(self.restore(torch.relu(self.reduce(s))))
+        z = torch.nn.functional.silu(self.down(self.project(y) + x))
+        return torch.flatten(torch.nn.functional.adaptive_avg_pool2d(z, 1), 1)
+
+
+def test_depthwise_and_pointwise_convolutions_fused_with_their_activations():
+    net = torch.jit.script(InvertedResidual().eval())
+    ks = kinds(net)
+    assert ks.count("static_runtime::conv2d_pointwise") == 6 and "aten::conv2d" not in ks
+    for act in ("hardtanh", "hardswish", "silu", "relu"):
+        assert f"aten::{act}" not in ks and f"aten::{act}_" not in ks, act
+    assert "aten::hardsigmoid" in ks or "aten::hardsigmoid_" in ks  # its input is no conv
+    check(net, [images(1, 12, cin=8)[0]], [images(3, 7, cin=8)[0]])
+    x = images(2, 9, cin=8)[0]
+    check(net, [x.contiguous(memory_format=torch.channels_last)], [x[:, :, 1:, ::2]])
+
+
+def test_pointwise_convolutions_run_as_matmuls_the_others_on_onednn():
+    net = torch.jit.script(InvertedResidual().eval())
+    mod = sr.StaticModule(net)
+    ops = ran(lambda: mod(*images(2, 10, cin=8)))
+    assert "mkldnn::_convolution_pointwise" in ops and "aten::conv2d" not in ops
+    assert "aten::addmm" in ops
+
+
+class CallsConvPointwise(torch.nn.Module):
+    def __init__(self, kernel, stride, groups, bias, attr):
+        super().__init__()
+        g = torch.Generator().manual_seed(kernel * 10 + stride)
+        self.weight = torch.nn.Parameter(torch.randn(6, 6 // groups, kernel, kernel, generator=g))
+        self.bias = torch.nn.Parameter(torch.randn(6, generator=g)) if bias else None
+        self.stride, self.padding, self.groups, self.attr = stride, kernel // 2, groups, attr
+
+    def forward(self, x):
+        return torch.ops.static_runtime.conv2d_pointwise(
+            x, self.weight, self.bias, [self.stride, self.stride], [self.padding, self.padding],
+            [1, 1], self.groups, self.attr)
+
+
+@pytest.mark.parametrize("attr", ["none", "relu", "relu6", "hardswish", "silu"])
+@pytest.mark.parametrize("kernel,stride,groups,bias", [
+    (1, 1, 1, True), (1, 1, 1, False), (1, 2, 1, True), (3, 1, 6, False), (3, 2, 1, True)])
+def test_fused_convolution_agrees_with_conv2d_and_its_activation(attr, kernel, stride, groups,
+                                                                  bias):
+    """Each activation the node carries, on each of its paths (1 x 1 as a matmul, oneDNN
+    otherwise), against the interpreter running the operator's reference composition; the
+    output is channels-last, as the pass's layout rule assumes."""
+    net = torch.jit.script(CallsConvPointwise(kernel, stride, groups, bias, attr).eval())
+    x = torch.randn(3, 6, 5, 9, generator=torch.Generator().manual_seed(1))
+    mods = check(net, [torch.randn(1, 6, 7, 7)], [x.contiguous(memory_format=torch.channels_last)])
+    for mod in mods.values():
+        assert mod(x).is_contiguous(memory_format=torch.channels_last)
+
+
+def test_conv2d_pointwise_refuses_an_unknown_activation():
+    x, w = torch.randn(1, 2, 3, 3), torch.randn(2, 2, 1, 1)
+    with pytest.raises(ValueError, match="attr must be one of"):
+        torch.ops.static_runtime.conv2d_pointwise(x, w, None, [1, 1], [0, 0], [1, 1], 1, "gelu")
+
+
+class ActivationNotTaken(torch.nn.Module):
+    """hardtanh to other bounds than ReLU6's, and a hardswish whose input has another user:
+    both stay separate nodes (the convolutions are still fused, without a post-op)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.b = torch.nn.Conv2d(4, 4, 3, padding=1, groups=4)
+
+    def forward(self, x):
+        y = torch.nn.functional.hardtanh(self.a(x), -1.0, 1.0)
+        z = self.b(y)
+        w = torch.nn.functional.hardswish(z) + z
+        return torch.flatten(torch.nn.functional.adaptive_avg_pool2d(w, 1), 1)
+
+
+def test_activation_not_fused_with_other_bounds_or_another_user():
+    net = torch.jit.script(ActivationNotTaken().eval())
+    ks = kinds(net)
+    assert ks.count("static_runtime::conv2d_pointwise") == 2
+    assert "aten::hardtanh" in ks or "aten::hardtanh_" in ks
+    assert "aten::hardswish" in ks or "aten::hardswish_" in ks
+    check(net, images(1, 6), images(2, 5))
+
+
+def test_double_convolution_is_not_fused():
+    net = torch.jit.script(InvertedResidual().double().eval())
+    ks = kinds(net)
+    assert "static_runtime::conv2d_pointwise" not in ks and "aten::conv2d" in ks
+    check(net, [images(1, 6, cin=8)[0].double()], [images(2, 5, cin=8)[0].double()])
