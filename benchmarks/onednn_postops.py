@@ -35,6 +35,8 @@ Ratios ``best / now`` below 1 favour the fused form. Run::
 
     python benchmarks/onednn_postops.py                     # ~3 minutes on 2 shared cores
     python benchmarks/onednn_postops.py --only conv --json postops.json
+    python benchmarks/onednn_postops.py --sweep         # linear: rows x (k, n) grid
+    python benchmarks/onednn_postops.py --models        # whole models, each pass on vs off
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ CONV_SHAPES = [
     ("resnet 3x3 64", 1, 64, 64, 3, 1, 1, 8), ("resnet 3x3 64", 4, 64, 64, 3, 1, 1, 8),
     ("dw 256 (larger)", 8, 256, 256, 3, 1, 256, 28),
 ]
+
+#: ``--sweep``: rows × (k, n) grid for where oneDNN's linear starts to pay.
+SWEEP_ROWS = [1, 8, 32, 64, 128, 256]
+SWEEP_WIDTHS = [(128, 512), (512, 128), (256, 256), (512, 512), (768, 768), (1024, 1024),
+                (768, 3072), (3072, 768)]
 
 LINEAR_ACTS = ["relu", "gelu", "tanh", "sigmoid", "hardswish", "relu6", "add"]
 CONV_ACTS = ["relu6", "hardswish", "silu", "add"]
@@ -227,19 +234,75 @@ def _row(label: str, act: str, times: dict[str, float]) -> dict:
     return {"case": label, "act": act, **times}
 
 
+class FeedForward(torch.nn.Module):
+    """A BERT-base feed-forward block: 768 → 3072, GELU, → 768."""
+
+    def __init__(self, width: int = 768, hidden: int = 3072):
+        super().__init__()
+        self.up = torch.nn.Linear(width, hidden)
+        self.down = torch.nn.Linear(hidden, width)
+
+    def forward(self, x):
+        return self.down(F.gelu(self.up(x)))
+
+
+def model_cases(repeats: int) -> list[dict]:
+    """Whole models under ``StaticModule``: the pass on (the default) against off, in
+    alternation; µs per call."""
+    import static_runtime as sr
+    from benchmarks.zoo.convolutional import MODELS as CONV_MODELS
+
+    cases = []
+    for zm in CONV_MODELS:
+        for batch in zm.batches:
+            cases.append((f"{zm.name} b{batch}", zm.scripted, zm.inputs(batch),
+                          "fuse_convolution"))
+    g = torch.Generator().manual_seed(0)
+    feed_forward = torch.jit.script(FeedForward().eval())
+    for tokens in (1, 8, 32):
+        cases.append((f"bert-base feed-forward, {tokens} tokens", lambda: feed_forward,
+                      (torch.randn(1, tokens, 768, generator=g),), "fuse_linear_pointwise"))
+    out = []
+    for label, make, inputs, option in cases:
+        on = sr.StaticModule(make())
+        off = sr.StaticModule(make(), options=sr.StaticModuleOptions(**{option: False}))
+        torch.testing.assert_close(on(*inputs), off(*inputs), rtol=1e-4, atol=1e-4)
+        times = _time({"on": lambda on=on, inputs=inputs: on(*inputs),
+                       "off": lambda off=off, inputs=inputs: off(*inputs)},
+                      calls=20, repeats=repeats)
+        print(f"{label:<40} {option:<22} on {times['on']:9.1f}  off {times['off']:9.1f}"
+              f"   on/off {times['on'] / times['off']:5.2f}", flush=True)
+        out.append({"kind": "model", "case": label, "option": option, **times})
+    return out
+
+
 @click.command()
-@click.option("--only", type=click.Choice(["all", "linear", "conv"]), default="all")
+@click.option("--only", type=click.Choice(["all", "linear", "conv", "none"]), default="all")
 @click.option("--acts", default="", help="comma-separated subset of the activations")
 @click.option("--calls", type=int, default=None, help="calls per sample (default: by size)")
 @click.option("--repeats", type=int, default=9)
 @click.option("--threads", type=int, default=1)
+@click.option("--sweep", is_flag=True, help="linear only: the rows x (k, n) grid, relu/gelu")
+@click.option("--models", is_flag=True, help="whole models, each pass on against off")
 @click.option("--json", "json_path", default=None)
-def main(only: str, acts: str, calls: int | None, repeats: int, threads: int,
-         json_path: str | None) -> None:
+def main(only: str, acts: str, calls: int | None, repeats: int, threads: int, sweep: bool,
+         models: bool, json_path: str | None) -> None:
     torch.set_num_threads(threads)
     wanted = set(acts.split(",")) if acts else None
     rows: list[dict] = []
     with torch.inference_mode():
+        if models:
+            rows += model_cases(repeats)
+            only = "none"
+        if sweep:
+            print("linear sweep: rows x k -> n (MACs), µs per call")
+            for k, n in SWEEP_WIDTHS:
+                for m in SWEEP_ROWS:
+                    for act in sorted(wanted or {"relu", "gelu"}):
+                        times = linear_case(m, k, n, act, calls, repeats)
+                        rows.append({"kind": "sweep", **_row(
+                            f"[{m}x{k}->{n}] {m * k * n / 1e6:.1f}M", act, times)})
+            only = "none"
         if only in ("all", "linear"):
             print("linear: label (rows x k -> n), µs per call")
             for label, m, k, n in LINEAR_SHAPES:

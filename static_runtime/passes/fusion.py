@@ -21,6 +21,16 @@ another convolution, a unary element-wise activation (``relu``, ``hardtanh``,
 ``adaptive_avg_pool2d`` to 1 × 1 (whose output has the same strides either way). A
 convolution whose region reaches a graph output, a view, a reshape or anything else keeps
 ``conv2d``; its output's layout is then what it always was.
+
+``fuse_linear_pointwise``: ``linear`` with a constant float32 weight of at least
+``LINEAR_MIN_WEIGHT`` elements (512 × 512) and a constant bias becomes
+``static_runtime::linear_pointwise``, taking the activation that is its output's only user
+along (``relu``, ``gelu``, ``tanh``, ``sigmoid``, ``hardswish``, ReLU6, ``silu``). It runs
+oneDNN's fused linear from 8 rows on and ``addmm`` + the activation below that (see
+``ops/native/fused.py``); its output is contiguous either way, as ``linear``'s is, so no
+layout rule is needed. Smaller weights keep ``linear``: at their sizes oneDNN's ~20 µs fixed
+cost per call is paid back only at hundreds of rows (``benchmarks/onednn_postops.py
+--sweep``).
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ import torch
 
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import RETURN, Graph, Node, Value
-from static_runtime.ops.native.fused import ATTENTION, CONV2D_POINTWISE
+from static_runtime.ops.native.fused import ATTENTION, CONV2D_POINTWISE, LINEAR_POINTWISE
 from static_runtime.passes.constant_propagation import constant_value
 
 _MATMUL = "aten::matmul(Tensor self, Tensor other) -> Tensor"
@@ -211,3 +221,67 @@ def _rewrite_conv(graph: Graph, conv: Node) -> None:
                                [*conv.inputs, attr_value], schema=CONV2D_POINTWISE,
                                remove=(act, conv) if fuse_act else (conv,))
     fused.source = conv.source
+
+
+# --------------------------------------------------------------------------- linear
+
+_LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"
+
+#: Fewest weight elements (out × in features) for which ``linear`` is rewritten.
+LINEAR_MIN_WEIGHT = 512 * 512
+
+#: Activations a fused linear takes along: schema → ``attr`` (see ``_linear_postop_attr``
+#: for ``gelu``'s approximation and ``hardtanh``'s bounds).
+_LINEAR_POSTOPS = {
+    **dict.fromkeys(_schemas("relu", "relu_"), "relu"),
+    **dict.fromkeys(_schemas("gelu", "gelu_"), "gelu"),
+    **dict.fromkeys(_schemas("tanh", "tanh_"), "tanh"),
+    **dict.fromkeys(_schemas("sigmoid", "sigmoid_"), "sigmoid"),
+    **dict.fromkeys(_schemas("hardswish", "hardswish_"), "hardswish"),
+    **dict.fromkeys(_schemas("relu6", "relu6_", "hardtanh", "hardtanh_"), "relu6"),
+    **dict.fromkeys(_schemas("silu", "silu_"), "silu"),
+}
+
+
+def fuse_linear_pointwise(graph: Graph) -> bool:
+    changed = False
+    for node in list(graph.walk()):
+        if node.owning_block is not None and node.schema == _LINEAR and _fusable_linear(node):
+            _rewrite_linear(graph, node)
+            changed = True
+    return changed
+
+
+def _fusable_linear(node: Node) -> bool:
+    known_w, weight = constant_value(node.inputs[1])
+    known_b, bias = constant_value(node.inputs[2])
+    if not (known_w and isinstance(weight, torch.Tensor) and weight.dim() == 2
+            and weight.dtype is torch.float32 and weight.layout == torch.strided
+            and weight.numel() >= LINEAR_MIN_WEIGHT):
+        return False
+    return known_b and (bias is None or (isinstance(bias, torch.Tensor) and bias.dim() == 1
+                                         and bias.dtype is torch.float32
+                                         and bias.layout == torch.strided))
+
+
+def _linear_postop_attr(node: Node) -> str | None:
+    attr = _LINEAR_POSTOPS.get(node.schema)
+    if attr == "gelu":
+        known, approximate = constant_value(node.inputs[1])
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate) if known else None
+    if attr == "relu6":
+        return _postop_attr(node)
+    return attr
+
+
+def _rewrite_linear(graph: Graph, linear: Node) -> None:
+    out = linear.output
+    act = out.uses[0].user if len(out.uses) == 1 else None
+    attr = _linear_postop_attr(act) \
+        if act is not None and act.owning_block is linear.owning_block \
+        and act.inputs[0] is out else None
+    attr_value = graph.constant(attr or "none", T.Str, before=linear)
+    fused = graph.replace_node(act if attr else linear, "static_runtime::linear_pointwise",
+                               [*linear.inputs, attr_value], schema=LINEAR_POINTWISE,
+                               remove=(act, linear) if attr else (linear,))
+    fused.source = linear.source

@@ -14,7 +14,7 @@ PASS_ORDER = (
     "inline", "remove_noops", "constant_propagation", "functionalize", "specialize_alpha",
     "variadic_cat_stack", "merge_tuple_unpacks", "fuse_transformer_encoder",
     "scalarize_loop_counters", "fold_batchnorm", "fuse_attention", "fuse_convolution",
-    "eliminate_dead_code", "inplace_activations",
+    "fuse_linear_pointwise", "eliminate_dead_code", "inplace_activations",
 )
 
 

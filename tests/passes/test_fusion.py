@@ -331,3 +331,106 @@ def test_double_convolution_is_not_fused():
     ks = kinds(net)
     assert "static_runtime::conv2d_pointwise" not in ks and "aten::conv2d" in ks
     check(net, [images(1, 6, cin=8)[0].double()], [images(2, 5, cin=8)[0].double()])
+
+
+# --------------------------------------------------------------------------- linear
+
+ACTIVATIONS = {
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "hardswish": torch.nn.functional.hardswish,
+    "relu6": torch.nn.functional.relu6,
+    "hardtanh": lambda t: torch.nn.functional.hardtanh(t, 0.0, 6.0),
+    "silu": torch.nn.functional.silu,
+}
+
+
+class WideTower(torch.nn.Module):
+    """512-wide linear layers, one per activation, and a last one with none."""
+
+    def __init__(self, width=512):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            [torch.nn.Linear(width, width) for _ in range(len(ACTIVATIONS) + 1)])
+        self.layers[-1].bias = None
+
+    def forward(self, x):
+        x = self.layers[0](x).relu()
+        x = torch.nn.functional.gelu(self.layers[1](x))
+        x = torch.nn.functional.gelu(self.layers[2](x), approximate="tanh")
+        x = torch.tanh(self.layers[3](x))
+        x = torch.sigmoid(self.layers[4](x))
+        x = torch.nn.functional.hardswish(self.layers[5](x))
+        x = torch.nn.functional.relu6(self.layers[6](x))
+        x = torch.nn.functional.hardtanh(self.layers[7](x), 0.0, 6.0)
+        x = torch.nn.functional.silu(self.layers[8](x))
+        return self.layers[9](x)
+
+
+def rows(*shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+
+
+def test_large_linears_fused_with_their_activations():
+    net = torch.jit.script(WideTower().eval())
+    ks = kinds(net)
+    assert ks.count("static_runtime::linear_pointwise") == 10 and "aten::linear" not in ks
+    assert not set(ks) - {"static_runtime::linear_pointwise"}, ks
+    # below and above the row count where oneDNN takes over; a 3-D input folded to 2-D
+    check(net, [rows(2, 512)], [rows(16, 512)])
+    check(net, [rows(3, 4, 512)], [rows(1, 512)])
+
+
+def test_fused_linear_runs_onednn_only_from_8_rows():
+    mod = sr.StaticModule(torch.jit.script(WideTower().eval()))
+    assert "mkldnn::_linear_pointwise" in ran(lambda: mod(rows(8, 512)))
+    few = ran(lambda: mod(rows(7, 512)))
+    assert "mkldnn::_linear_pointwise" not in few and "aten::addmm" in few
+    assert "mkldnn::_linear_pointwise" in ran(lambda: mod(rows(2, 5, 512)))
+
+
+class LinearNotFused(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.small = torch.nn.Linear(64, 64)
+        self.big = torch.nn.Linear(64, 4096)
+        self.back = torch.nn.Linear(4096, 64)
+
+    def forward(self, x):
+        y = self.small(x).relu()  # a small weight: keeps linear
+        z = self.big(y)  # its output has two users: fused without the activation
+        return self.back(torch.tanh(z) + z)
+
+
+def test_linear_not_fused_when_small_or_its_output_has_other_users():
+    net = torch.jit.script(LinearNotFused().eval())
+    graph = sr.prepare(script(net))
+    fused = [n for n in graph.walk() if n.kind == "static_runtime::linear_pointwise"]
+    assert len(fused) == 2 and [n.kind for n in graph.walk()].count("aten::linear") == 1
+    assert all(n.inputs[3].node.attrs["value"] == "none" for n in fused)
+    check(net, [rows(2, 64)], [rows(9, 64)])
+
+
+def test_linear_with_non_constant_or_double_weight_is_not_fused():
+    src = """
+def f(x: torch.Tensor, w: torch.Tensor):
+    return torch.relu(torch.nn.functional.linear(x, w))
+"""
+    assert "static_runtime::linear_pointwise" not in kinds(src)
+    net = torch.jit.script(WideTower().double().eval())
+    assert "static_runtime::linear_pointwise" not in kinds(net)
+    check(net, [rows(9, 512).double()], [rows(2, 512).double()])
+
+
+def test_linear_pointwise_refuses_an_unknown_activation():
+    with pytest.raises(ValueError, match="attr must be one of"):
+        torch.ops.static_runtime.linear_pointwise(rows(2, 3), rows(4, 3), None, "elu")
+
+
+def test_linear_option_switches_it_off():
+    net = torch.jit.script(WideTower().eval())
+    off = sr.StaticModuleOptions(fuse_linear_pointwise=False)
+    assert "static_runtime::linear_pointwise" not in kinds(net, off)

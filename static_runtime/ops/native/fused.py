@@ -17,7 +17,16 @@ oneDNN's blocked layout, the activation fused into the convolution. Its output i
 channels-last; ``passes/fusion.py`` only rewrites convolutions whose outputs reach nothing
 but layout-insensitive consumers, so that never shows.
 
-Both are defined as PyTorch operators too (``torch.ops.static_runtime.attention``...) with
+``static_runtime::linear_pointwise(input, weight, bias, attr)`` is ``linear`` followed by
+the activation ``attr`` names (``LINEAR_POSTOPS``: ``"none"``, ``"relu"``, ``"gelu"``,
+``"gelu_tanh"``, ``"tanh"``, ``"sigmoid"``, ``"hardswish"``, ``"relu6"``, ``"silu"``). With a
+constant float32 weight, a product of at least ``ONEDNN_LINEAR_MIN_ROWS`` rows runs oneDNN's
+``_linear_pointwise`` on a weight reordered once (on first use), the activation fused; fewer
+rows run ``addmm`` and the activation in place, as the unfused nodes did (oneDNN's linear
+costs ~20 µs more per call, which only a large product hides; ``benchmarks/onednn_postops.py
+--sweep``). Its output is a contiguous tensor either way, like ``linear``'s.
+
+All three are defined as PyTorch operators too (``torch.ops.static_runtime.attention``...) with
 the unfused composition as their implementation, so a printed graph parses back and the
 fallback tier could run them.
 """
@@ -27,12 +36,15 @@ from __future__ import annotations
 import torch
 
 from static_runtime.ir.graph import Node
-from static_runtime.ops.registry import labelled, register_native
+from static_runtime.ops.registry import labelled, register_native, register_out_variant
 
 ATTENTION = ("static_runtime::attention(Tensor query, Tensor key_t, Tensor value, Scalar? scale, "
              "bool divide, int dim) -> Tensor")
 CONV2D_POINTWISE = ("static_runtime::conv2d_pointwise(Tensor input, Tensor weight, Tensor? bias, "
                     "int[] stride, int[] padding, int[] dilation, int groups, str attr) -> Tensor")
+
+LINEAR_POINTWISE = ("static_runtime::linear_pointwise(Tensor input, Tensor weight, "
+                    "Tensor? bias, str attr) -> Tensor")
 
 #: Largest query length, or batch × heads, at which the fused kernel is used.
 SDPA_MAX_QUERY_LENGTH = 8
@@ -59,6 +71,38 @@ CONV_POSTOPS = {
     "hardswish": (torch._C._nn.hardswish, torch._C._nn.hardswish_, "hardswish", [], ""),
     "silu": (torch._C._nn.silu, torch._C._nn.silu_, "swish", [], ""),
 }
+
+
+_nn = torch._C._nn
+
+#: ``linear_pointwise``'s ``attr`` → (the activation, its in-place form, oneDNN's post-op
+#: attr, its scalars and algorithm).
+LINEAR_POSTOPS = {
+    "none": (None, None, "none", [], ""),
+    "relu": (torch.relu, torch.relu_, "relu", [], ""),
+    "gelu": (_nn.gelu, _nn.gelu_, "gelu", [], "none"),
+    "gelu_tanh": (lambda t: _nn.gelu(t, approximate="tanh"),
+                  lambda t: _nn.gelu_(t, approximate="tanh"), "gelu", [], "tanh"),
+    "tanh": (torch.tanh, torch.tanh_, "tanh", [], ""),
+    "sigmoid": (torch.sigmoid, torch.sigmoid_, "sigmoid", [], ""),
+    "hardswish": CONV_POSTOPS["hardswish"],
+    "relu6": CONV_POSTOPS["relu6"],
+    "silu": CONV_POSTOPS["silu"],
+}
+
+#: A product of at least this many rows runs on oneDNN (``benchmarks/onednn_postops.py
+#: --sweep``: from 8 rows on, with weights of 512 × 512 or more, 0.4–0.9 × the time of
+#: ``addmm`` + activation; at 1 row 0.7–1.3 ×).
+ONEDNN_LINEAR_MIN_ROWS = 8
+
+
+def linear_pointwise_reference(input, weight, bias, attr):
+    if attr not in LINEAR_POSTOPS:
+        raise ValueError(f"static_runtime::linear_pointwise: attr must be one of "
+                         f"{sorted(LINEAR_POSTOPS)}, got {attr!r}")
+    act = LINEAR_POSTOPS[attr][0]
+    out = torch._C._nn.linear(input, weight, bias)
+    return out if act is None else act(out)
 
 
 def _activation(attr: str):
@@ -182,10 +226,98 @@ def _conv1x1_as_matmul(weight: torch.Tensor, bias: torch.Tensor | None, attr: st
     return conv1x1
 
 
+@register_out_variant("static_runtime::linear_pointwise")
+def _linear_pointwise(node: Node):
+    if node.schema != LINEAR_POINTWISE:
+        return None
+    from static_runtime.ops.selection import constant_value
+
+    weight = constant_value(node.inputs[1])
+    bias = constant_value(node.inputs[2])
+    attr = constant_value(node.inputs[3])
+    if attr not in LINEAR_POSTOPS:
+        raise ValueError(f"static_runtime::linear_pointwise: attr must be one of "
+                         f"{sorted(LINEAR_POSTOPS)}, got {attr!r}")
+    act, act_, unary, scalars, algorithm = LINEAR_POSTOPS[attr]
+    linear = torch._C._nn.linear
+    if not (isinstance(weight, torch.Tensor) and weight.dtype is torch.float32
+            and weight.dim() == 2 and weight.layout == torch.strided and weight.numel() > 0
+            and (bias is None or (isinstance(bias, torch.Tensor) and bias.dim() == 1
+                                  and bias.dtype is torch.float32
+                                  and bias.layout == torch.strided))
+            and torch.backends.mkldnn.is_available()):
+        @labelled("torch linear (+ activation)")
+        def plain(x, w, b, attr_):
+            out = linear(x, w, b)
+            return out if act is None else act(out)
+
+        @labelled("torch linear(out=) (+ activation in place)")
+        def plain_out(out, x, w, b, attr_):
+            linear(x, w, b, out=out)
+            return out if act_ is None else act_(out)
+
+        return plain, plain_out
+
+    n, k = weight.shape
+    weight_t = weight.t()
+    addmm, mm = torch.addmm, torch.mm
+    pointwise = torch.ops.mkldnn._linear_pointwise.default
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    min_rows = ONEDNN_LINEAR_MIN_ROWS
+    #: the weight in oneDNN's layout, made on the first product large enough to use it
+    #: (two threads racing both make it; either copy is right)
+    packed: list[torch.Tensor | None] = [None]
+
+    def product(x2, o2):
+        """``act(x2 · Wᵀ + b)`` for a (rows, k) float32 matrix, into ``o2`` if given."""
+        if x2.shape[0] >= min_rows:
+            w = packed[0]
+            if w is None:
+                w = packed[0] = reorder(weight)
+            y = pointwise(x2, w, bias, unary, scalars, algorithm)
+            return y if o2 is None else o2.copy_(y)
+        if o2 is None:
+            y = mm(x2, weight_t) if bias is None else addmm(bias, x2, weight_t)
+        else:
+            y = mm(x2, weight_t, out=o2) if bias is None else addmm(bias, x2, weight_t, out=o2)
+        return y if act_ is None else act_(y)
+
+    # The fast path needs the constants it was prepared for (an identity check): a planning
+    # run on meta tensors passes meta copies, which take the general path.
+    @labelled(f"oneDNN _linear_pointwise ({attr}) from {min_rows} rows, else addmm + {attr}")
+    def fn(x, w, b, attr_):
+        if w is weight and b is bias and x.dtype is torch.float32 and x.device.type == "cpu" \
+                and x.dim() >= 2 and x.shape[-1] == k:
+            if x.dim() == 2:
+                return product(x, None)
+            if x.is_contiguous():
+                return product(x.view(x.numel() // k, k), None).view(*x.shape[:-1], n)
+        out = linear(x, w, b)
+        return out if act is None else act(out)
+
+    @labelled(f"oneDNN _linear_pointwise ({attr}) from {min_rows} rows, else addmm(out=) + "
+              f"{attr} (rank >= 3 folded to 2-D)")
+    def out_fn(out, x, w, b, attr_):
+        if w is weight and b is bias and x.dtype is torch.float32 and x.device.type == "cpu" \
+                and x.dim() >= 2 and x.shape[-1] == k and out.shape[:-1] == x.shape[:-1] \
+                and out.shape[-1] == n and x.is_contiguous() and out.is_contiguous():
+            if x.dim() == 2:
+                product(x, out)
+            else:
+                rows = x.numel() // k
+                product(x.view(rows, k), out.view(rows, n))
+            return out
+        linear(x, w, b, out=out)
+        return out if act_ is None else act_(out)
+
+    return fn, out_fn
+
+
 def _define_torch_ops() -> None:
     lib = torch.library.Library("static_runtime", "FRAGMENT")
     for schema, impl in ((ATTENTION, attention_reference),
-                         (CONV2D_POINTWISE, conv2d_pointwise_reference)):
+                         (CONV2D_POINTWISE, conv2d_pointwise_reference),
+                         (LINEAR_POINTWISE, linear_pointwise_reference)):
         name = schema.split("::", 1)[1].split("(", 1)[0]
         if hasattr(torch.ops.static_runtime, name):
             continue  # already defined (this module imported under another name)
