@@ -75,6 +75,8 @@ CONV_SHAPES = [
     ("resnet 3x3 16", 1, 16, 16, 3, 1, 1, 32), ("resnet 3x3 16", 4, 16, 16, 3, 1, 1, 32),
     ("resnet 3x3 64", 1, 64, 64, 3, 1, 1, 8), ("resnet 3x3 64", 4, 64, 64, 3, 1, 1, 8),
     ("dw 256 (larger)", 8, 256, 256, 3, 1, 256, 28),
+    ("1x1 256-64 (larger)", 1, 256, 64, 1, 1, 1, 56),
+    ("1x1 64-256 (larger)", 8, 64, 256, 1, 1, 1, 28),
 ]
 
 #: ``--sweep``: rows × (k, n) grid for where oneDNN's linear starts to pay.

@@ -267,11 +267,11 @@ def test_pointwise_convolutions_run_as_matmuls_the_others_on_onednn():
 
 
 class CallsConvPointwise(torch.nn.Module):
-    def __init__(self, kernel, stride, groups, bias, attr):
+    def __init__(self, kernel, stride, groups, bias, attr, c=6):
         super().__init__()
         g = torch.Generator().manual_seed(kernel * 10 + stride)
-        self.weight = torch.nn.Parameter(torch.randn(6, 6 // groups, kernel, kernel, generator=g))
-        self.bias = torch.nn.Parameter(torch.randn(6, generator=g)) if bias else None
+        self.weight = torch.nn.Parameter(torch.randn(c, c // groups, kernel, kernel, generator=g))
+        self.bias = torch.nn.Parameter(torch.randn(c, generator=g)) if bias else None
         self.stride, self.padding, self.groups, self.attr = stride, kernel // 2, groups, attr
 
     def forward(self, x):
@@ -293,6 +293,22 @@ def test_fused_convolution_agrees_with_conv2d_and_its_activation(attr, kernel, s
     mods = check(net, [torch.randn(1, 6, 7, 7)], [x.contiguous(memory_format=torch.channels_last)])
     for mod in mods.values():
         assert mod(x).is_contiguous(memory_format=torch.channels_last)
+
+
+def test_large_pointwise_convolution_stays_on_onednn():
+    """From 2**24 multiply-adds a 1 x 1 convolution runs oneDNN's kernel, below as addmm;
+    the same values and layout either way."""
+    from static_runtime.ops.native.fused import CONV1X1_MATMUL_MAX_MACS
+
+    net = torch.jit.script(CallsConvPointwise(1, 1, 1, True, "relu6", c=64).eval())
+    big = torch.randn(1, 64, 64, 64)
+    assert big.numel() * 64 >= CONV1X1_MATMUL_MAX_MACS
+    mods = check(net, [big], [torch.randn(2, 64, 5, 3)])
+    mod = mods["default"]
+    assert "mkldnn::_convolution_pointwise" in ran(lambda: mod(big))
+    small = ran(lambda: mod(big[:, :, :8, :8]))
+    assert "aten::addmm" in small and "mkldnn::_convolution_pointwise" not in small
+    assert mod(big).is_contiguous(memory_format=torch.channels_last)
 
 
 def test_conv2d_pointwise_refuses_an_unknown_activation():

@@ -166,13 +166,17 @@ def _conv2d_pointwise(node: Node):
         return unfused
     stride, padding, dilation, groups, attr = args
     act = _activation(attr)
-    if _is_pointwise_1x1(weight, stride, padding, groups):
-        return _conv1x1_as_matmul(weight, bias, attr)
     packed = torch.ops.mkldnn._reorder_convolution_weight(
         weight, padding, stride, dilation, groups)
     pointwise = torch.ops.mkldnn._convolution_pointwise.default
     channels_last = torch.channels_last
     _, _, unary, scalars, algorithm = CONV_POSTOPS[attr]
+    if _is_pointwise_1x1(weight, stride, padding, groups):
+        def on_onednn(x):
+            return pointwise(x, packed, bias, padding, stride, dilation, groups, unary,
+                             scalars, algorithm)
+
+        return _conv1x1_as_matmul(weight, bias, attr, on_onednn)
 
     # The fused path needs the constants it was prepared for (an identity check): a planning
     # run on meta tensors passes meta copies, which take the unfused path.
@@ -197,21 +201,31 @@ def _is_pointwise_1x1(weight: torch.Tensor, stride, padding, groups) -> bool:
             and list(stride) in ([1], [1, 1]) and list(padding) in ([0], [0, 0]))
 
 
-def _conv1x1_as_matmul(weight: torch.Tensor, bias: torch.Tensor | None, attr: str):
+#: A 1 × 1 convolution of fewer multiply-adds than this runs as a matmul (below).
+CONV1X1_MATMUL_MAX_MACS = 1 << 24
+
+
+def _conv1x1_as_matmul(weight: torch.Tensor, bias: torch.Tensor | None, attr: str, on_onednn):
     """A 1 × 1, stride-1, ungrouped convolution is a product of the (pixels, in channels)
     matrix a channels-last input is in memory with the (in, out) weight; written into a
     contiguous (pixels, out channels) matrix, its result is the channels-last tensor the
     oneDNN kernel would write, computed 3 × faster at MobileNet's sizes (oneDNN's fixed cost
-    per call is ~20 µs; ``benchmarks/onednn_postops.py``, column ``mm+act``)."""
+    per call is ~20 µs; ``benchmarks/onednn_postops.py``, column ``mm+act``). Products of
+    ``CONV1X1_MATMUL_MAX_MACS`` or more stay on oneDNN (``on_onednn``), where the fixed cost
+    is lost in the work and the two were level within our measuring noise."""
     cout, cin = weight.shape[:2]
+    max_macs = CONV1X1_MATMUL_MAX_MACS
     weight_t = weight.reshape(cout, cin).t()
     act, act_ = CONV_POSTOPS[attr][:2]
     conv2d, addmm, mm, channels_last = torch.conv2d, torch.addmm, torch.mm, torch.channels_last
 
-    @labelled(f"torch.addmm on the channels-last input (1 x 1 convolution, {attr})")
+    @labelled(f"1 x 1 convolution ({attr}): addmm on the channels-last input below "
+              f"{max_macs} multiply-adds, else oneDNN")
     def conv1x1(x, w, b, stride_, padding_, dilation_, groups_, attr_):
         if w is weight and b is bias and x.dim() == 4 and x.shape[1] == cin \
-                and x.dtype is torch.float32 and not x.is_meta:
+                and x.dtype is torch.float32 and x.device.type == "cpu" and not x.is_mkldnn:
+            if x.numel() * cout >= max_macs:
+                return on_onednn(x)
             n, _, h, wd = x.shape
             pixels = x.permute(0, 2, 3, 1).reshape(n * h * wd, cin)  # a view if channels-last
             out = mm(pixels, weight_t) if bias is None else addmm(bias, pixels, weight_t)
