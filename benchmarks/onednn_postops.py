@@ -3,7 +3,8 @@
 For each shape class of our models (``static_runtime/models.py`` MLP and DLRM, the zoo's
 transformer feed-forwards, the MobileNet/ResNet convolutions in ``benchmarks/zoo/``) and
 each activation, the forms below are timed in alternation, single-threaded, inference mode;
-µs per call, the median of ``--repeats`` samples of ``--calls`` calls each.
+µs per call, the median of ``--repeats`` samples of ``--calls`` calls each (wall time, or
+the thread's CPU time with ``--clock thread``).
 
 Linear (``x`` is ``(rows, k)``, ``W`` a constant ``(n, k)`` float32 weight):
 
@@ -102,17 +103,23 @@ def _in_place(act: str) -> Callable[[torch.Tensor], torch.Tensor]:
             "silu": nn.silu_}[act]
 
 
+#: The clock ``_time`` reads: wall time, or with ``--clock thread`` the thread's CPU time
+#: (steadier when other processes share the cores).
+_CLOCK = [time.perf_counter_ns]
+
+
 def _time(fns: dict[str, Callable[[], object]], calls: int, repeats: int) -> dict[str, float]:
+    clock = _CLOCK[0]
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for fn in fns.values():  # warm up (oneDNN primitive caches, allocator)
         for _ in range(max(3, calls // 4)):
             fn()
     for _ in range(repeats):
         for name, fn in fns.items():
-            t0 = time.perf_counter_ns()
+            t0 = clock()
             for _ in range(calls):
                 fn()
-            samples[name].append((time.perf_counter_ns() - t0) / 1e3 / calls)
+            samples[name].append((clock() - t0) / 1e3 / calls)
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
@@ -286,10 +293,12 @@ def model_cases(repeats: int) -> list[dict]:
 @click.option("--threads", type=int, default=1)
 @click.option("--sweep", is_flag=True, help="linear only: the rows x (k, n) grid, relu/gelu")
 @click.option("--models", is_flag=True, help="whole models, each pass on against off")
+@click.option("--clock", type=click.Choice(["wall", "thread"]), default="wall")
 @click.option("--json", "json_path", default=None)
 def main(only: str, acts: str, calls: int | None, repeats: int, threads: int, sweep: bool,
-         models: bool, json_path: str | None) -> None:
+         models: bool, clock: str, json_path: str | None) -> None:
     torch.set_num_threads(threads)
+    _CLOCK[0] = time.thread_time_ns if clock == "thread" else time.perf_counter_ns
     wanted = set(acts.split(",")) if acts else None
     rows: list[dict] = []
     with torch.inference_mode():

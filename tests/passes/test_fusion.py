@@ -398,6 +398,7 @@ def test_large_linears_fused_with_their_activations():
     # below and above the row count where oneDNN takes over; a 3-D input folded to 2-D
     check(net, [rows(2, 512)], [rows(16, 512)])
     check(net, [rows(3, 4, 512)], [rows(1, 512)])
+    check(net, [rows(512)], [rows(2, 4, 512)[:, 1]])  # a vector; a strided input
 
 
 def test_fused_linear_runs_onednn_only_from_8_rows():

@@ -301,9 +301,11 @@ def _linear_pointwise(node: Node):
     @labelled(f"oneDNN _linear_pointwise ({attr}) from {min_rows} rows, else addmm + {attr}")
     def fn(x, w, b, attr_):
         if w is weight and b is bias and x.dtype is torch.float32 and x.device.type == "cpu" \
-                and x.dim() >= 2 and x.shape[-1] == k:
+                and x.dim() >= 1 and x.shape[-1] == k:
             if x.dim() == 2:
                 return product(x, None)
+            if x.dim() == 1:
+                return product(x.unsqueeze(0), None).squeeze(0)
             if x.is_contiguous():
                 return product(x.view(x.numel() // k, k), None).view(*x.shape[:-1], n)
         out = linear(x, w, b)
@@ -313,10 +315,13 @@ def _linear_pointwise(node: Node):
               f"{attr} (rank >= 3 folded to 2-D)")
     def out_fn(out, x, w, b, attr_):
         if w is weight and b is bias and x.dtype is torch.float32 and x.device.type == "cpu" \
-                and x.dim() >= 2 and x.shape[-1] == k and out.shape[:-1] == x.shape[:-1] \
-                and out.shape[-1] == n and x.is_contiguous() and out.is_contiguous():
+                and x.dim() >= 1 and x.shape[-1] == k and out.shape[:-1] == x.shape[:-1] \
+                and out.dim() == x.dim() and out.shape[-1] == n and x.is_contiguous() \
+                and out.is_contiguous():
             if x.dim() == 2:
                 product(x, out)
+            elif x.dim() == 1:  # (``linear(out=)`` would resize ``out`` to (1, n) and back)
+                product(x.unsqueeze(0), out.unsqueeze(0))
             else:
                 rows = x.numel() // k
                 product(x.view(rows, k), out.view(rows, n))
