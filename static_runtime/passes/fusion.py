@@ -253,6 +253,8 @@ def fuse_linear_pointwise(graph: Graph) -> bool:
 
 
 def _fusable_linear(node: Node) -> bool:
+    if len(node.inputs) != 3:  # (an exported graph may leave the default bias out)
+        return False
     known_w, weight = constant_value(node.inputs[1])
     known_b, bias = constant_value(node.inputs[2])
     if not (known_w and isinstance(weight, torch.Tensor) and weight.dim() == 2
@@ -267,6 +269,8 @@ def _fusable_linear(node: Node) -> bool:
 def _linear_postop_attr(node: Node) -> str | None:
     attr = _LINEAR_POSTOPS.get(node.schema)
     if attr == "gelu":
+        if len(node.inputs) == 1:  # the default left out
+            return "gelu"
         known, approximate = constant_value(node.inputs[1])
         return {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate) if known else None
     if attr == "relu6":

@@ -451,3 +451,31 @@ def test_linear_option_switches_it_off():
     net = torch.jit.script(WideTower().eval())
     off = sr.StaticModuleOptions(fuse_linear_pointwise=False)
     assert "static_runtime::linear_pointwise" not in kinds(net, off)
+
+
+def test_exported_programs_fuse_both():
+    """torch.export graphs (activations recorded as ``hardswish``/``hardtanh``, a bias-less
+    linear): the same rewrites, the same values as eager at two batch sizes."""
+    conv = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Hardswish(),
+        torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.ReLU6(),
+        torch.nn.Conv2d(8, 8, 1), torch.nn.SiLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()).eval()
+    linear = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU(),
+                                 torch.nn.Linear(512, 512, bias=False)).eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    for model, shape, kind, count in (
+            (conv, (2, 3, 8, 8), "static_runtime::conv2d_pointwise", 3),
+            (linear, (9, 512), "static_runtime::linear_pointwise", 2)):
+        x = rows(*shape)
+        program = torch.export.export(model, (x,), dynamic_shapes=({0: batch},))
+        mod = sr.StaticModule(program)
+        ks = [n.kind for n in mod.graph.walk() if n.kind != "prim::Constant"]
+        assert ks.count(kind) == count, ks
+        for inp in (x, rows(1, *shape[1:])):
+            before = inp.clone()
+            with torch.no_grad():
+                expected = model(inp)
+            for _ in range(2):
+                torch.testing.assert_close(mod(inp), expected, rtol=1e-4, atol=1e-4)
+            assert torch.equal(inp, before)
