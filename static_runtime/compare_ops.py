@@ -73,6 +73,8 @@ KIND_MAP: dict[str, str] = {
     # a convolution on oneDNN's layout, sometimes with the relu after it fused (that relu's
     # row then has fewer instances on our side)
     "static_runtime::conv2d_pointwise": "aten::conv2d",
+    # a linear with a large weight, sometimes with the activation after it fused
+    "static_runtime::linear_pointwise": "aten::linear",
     # PyTorch's C++ Static Runtime
     "static_runtime::to_copy": "aten::to",
     "static_runtime::to_maybe_copy_out": "aten::to",

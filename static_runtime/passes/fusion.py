@@ -9,15 +9,28 @@ only user, all in one block, ``s`` is a constant number and ``softmax`` has no `
 
 ``fuse_convolution``: ``conv2d`` with a constant weight and bias, and constant stride,
 padding, dilation and groups, becomes ``static_runtime::conv2d_pointwise``, taking a ``relu``
-that is its output's only user along (oneDNN runs the pair as one kernel on a weight
-reordered once). The oneDNN kernel writes channels-last output, and a convolution fed a
+that is its output's only user along — ``relu``, ReLU6 (``relu6``, or ``hardtanh`` with
+the constant bounds 0 and 6), ``hardswish`` or ``silu`` (oneDNN runs the pair as one kernel
+on a weight reordered once; ``benchmarks/onednn_postops.py``: depthwise convolutions at
+MobileNet's sizes take half the time of ``conv2d`` on NCHW tensors). The oneDNN kernel writes channels-last output, and a convolution fed a
 channels-last tensor writes channels-last too; the values are the same, the strides are
 not. So a convolution is fused only when everything its output flows into — through other
 convolutions and element-wise operators that keep the layout — is insensitive to layout:
-another convolution, ``relu``, ``add``/``mul`` of tensors, pooling, ``size``, or an
+another convolution, a unary element-wise activation (``relu``, ``hardtanh``,
+``hardswish``, ``silu``, ``sigmoid``...), ``add``/``mul`` of tensors, pooling, ``size``, or an
 ``adaptive_avg_pool2d`` to 1 × 1 (whose output has the same strides either way). A
 convolution whose region reaches a graph output, a view, a reshape or anything else keeps
 ``conv2d``; its output's layout is then what it always was.
+
+``fuse_linear_pointwise``: ``linear`` with a constant float32 weight of at least
+``LINEAR_MIN_WEIGHT`` elements (512 × 512) and a constant bias becomes
+``static_runtime::linear_pointwise``, taking the activation that is its output's only user
+along (``relu``, ``gelu``, ``tanh``, ``sigmoid``, ``hardswish``, ReLU6, ``silu``). It runs
+oneDNN's fused linear from 8 rows on and ``addmm`` + the activation below that (see
+``ops/native/fused.py``); its output is contiguous either way, as ``linear``'s is, so no
+layout rule is needed. Smaller weights keep ``linear``: at their sizes oneDNN's ~20 µs fixed
+cost per call is paid back only at hundreds of rows (``benchmarks/onednn_postops.py
+--sweep``).
 """
 
 from __future__ import annotations
@@ -26,7 +39,7 @@ import torch
 
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import RETURN, Graph, Node, Value
-from static_runtime.ops.native.fused import ATTENTION, CONV2D_POINTWISE
+from static_runtime.ops.native.fused import ATTENTION, CONV2D_POINTWISE, LINEAR_POINTWISE
 from static_runtime.passes.constant_propagation import constant_value
 
 _MATMUL = "aten::matmul(Tensor self, Tensor other) -> Tensor"
@@ -39,7 +52,20 @@ _SCALE = {
     "aten::div.Tensor(Tensor self, Tensor other) -> Tensor": True,
 }
 _CONV2D = str(torch.ops.aten.conv2d.default._schema)
-_RELU = {"aten::relu(Tensor self) -> Tensor", str(torch.ops.aten.relu_.default._schema)}
+
+
+def _schemas(*names: str) -> set[str]:
+    return {str(getattr(torch.ops.aten, n).default._schema) for n in names}
+
+
+#: Activations a fused convolution takes along as its oneDNN post-op: schema → ``attr``.
+#: ``hardtanh`` only with the constant bounds (0, 6), i.e. ReLU6 (see ``_postop_attr``).
+_POSTOPS = {
+    **dict.fromkeys(_schemas("relu", "relu_"), "relu"),
+    **dict.fromkeys(_schemas("relu6", "relu6_", "hardtanh", "hardtanh_"), "relu6"),
+    **dict.fromkeys(_schemas("hardswish", "hardswish_"), "hardswish"),
+    **dict.fromkeys(_schemas("silu", "silu_"), "silu"),
+}
 
 
 # --------------------------------------------------------------------------- attention
@@ -102,6 +128,10 @@ _KEEPS_LAYOUT = {
     "aten::relu", "aten::relu_", "static_runtime::add", "aten::add", "aten::add_",
     "aten::mul", "aten::mul_", "static_runtime::sub", "aten::sub", "aten::sub_",
     "aten::max_pool2d", "aten::avg_pool2d", "aten::conv2d",
+    # unary element-wise: the output is laid out as the input
+    "aten::relu6", "aten::relu6_", "aten::hardtanh", "aten::hardtanh_", "aten::hardswish",
+    "aten::hardswish_", "aten::silu", "aten::silu_", "aten::hardsigmoid", "aten::hardsigmoid_",
+    "aten::sigmoid", "aten::sigmoid_", "aten::tanh", "aten::tanh_",
 }
 #: Operators whose result does not depend on their input's layout.
 _LAYOUT_BLIND = {"aten::size", "aten::dim", "aten::numel"}
@@ -166,13 +196,96 @@ def _pools_to_one(node: Node) -> bool:
     return known and size in ([1, 1], (1, 1), 1, [1])
 
 
+def _postop_attr(node: Node) -> str | None:
+    """The oneDNN post-op ``attr`` that computes ``node`` on a convolution's output, or None."""
+    attr = _POSTOPS.get(node.schema)
+    if attr == "relu6" and node.kind.startswith("aten::hardtanh"):
+        if len(node.inputs) != 3:
+            return None
+        known_lo, lo = constant_value(node.inputs[1])
+        known_hi, hi = constant_value(node.inputs[2])
+        if not (known_lo and known_hi and type(lo) in (int, float) and type(hi) in (int, float)
+                and lo == 0 and hi == 6):
+            return None
+    return attr
+
+
 def _rewrite_conv(graph: Graph, conv: Node) -> None:
     out = conv.output
-    relu = out.uses[0].user if len(out.uses) == 1 else None
-    fuse_relu = (relu is not None and relu.schema in _RELU
-                 and relu.owning_block is conv.owning_block)
-    attr = graph.constant("relu" if fuse_relu else "none", T.Str, before=conv)
-    fused = graph.replace_node(relu if fuse_relu else conv, "static_runtime::conv2d_pointwise",
-                               [*conv.inputs, attr], schema=CONV2D_POINTWISE,
-                               remove=(relu, conv) if fuse_relu else (conv,))
+    act = out.uses[0].user if len(out.uses) == 1 else None
+    attr = _postop_attr(act) if act is not None and act.owning_block is conv.owning_block \
+        else None
+    fuse_act = attr is not None and act.inputs[0] is out
+    attr_value = graph.constant(attr if fuse_act else "none", T.Str, before=conv)
+    fused = graph.replace_node(act if fuse_act else conv, "static_runtime::conv2d_pointwise",
+                               [*conv.inputs, attr_value], schema=CONV2D_POINTWISE,
+                               remove=(act, conv) if fuse_act else (conv,))
     fused.source = conv.source
+
+
+# --------------------------------------------------------------------------- linear
+
+_LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"
+
+#: Fewest weight elements (out × in features) for which ``linear`` is rewritten.
+LINEAR_MIN_WEIGHT = 512 * 512
+
+#: Activations a fused linear takes along: schema → ``attr`` (see ``_linear_postop_attr``
+#: for ``gelu``'s approximation and ``hardtanh``'s bounds).
+_LINEAR_POSTOPS = {
+    **dict.fromkeys(_schemas("relu", "relu_"), "relu"),
+    **dict.fromkeys(_schemas("gelu", "gelu_"), "gelu"),
+    **dict.fromkeys(_schemas("tanh", "tanh_"), "tanh"),
+    **dict.fromkeys(_schemas("sigmoid", "sigmoid_"), "sigmoid"),
+    **dict.fromkeys(_schemas("hardswish", "hardswish_"), "hardswish"),
+    **dict.fromkeys(_schemas("relu6", "relu6_", "hardtanh", "hardtanh_"), "relu6"),
+    **dict.fromkeys(_schemas("silu", "silu_"), "silu"),
+}
+
+
+def fuse_linear_pointwise(graph: Graph) -> bool:
+    changed = False
+    for node in list(graph.walk()):
+        if node.owning_block is not None and node.schema == _LINEAR and _fusable_linear(node):
+            _rewrite_linear(graph, node)
+            changed = True
+    return changed
+
+
+def _fusable_linear(node: Node) -> bool:
+    if len(node.inputs) != 3:  # (an exported graph may leave the default bias out)
+        return False
+    known_w, weight = constant_value(node.inputs[1])
+    known_b, bias = constant_value(node.inputs[2])
+    if not (known_w and isinstance(weight, torch.Tensor) and weight.dim() == 2
+            and weight.dtype is torch.float32 and weight.layout == torch.strided
+            and weight.numel() >= LINEAR_MIN_WEIGHT):
+        return False
+    return known_b and (bias is None or (isinstance(bias, torch.Tensor) and bias.dim() == 1
+                                         and bias.dtype is torch.float32
+                                         and bias.layout == torch.strided))
+
+
+def _linear_postop_attr(node: Node) -> str | None:
+    attr = _LINEAR_POSTOPS.get(node.schema)
+    if attr == "gelu":
+        if len(node.inputs) == 1:  # the default left out
+            return "gelu"
+        known, approximate = constant_value(node.inputs[1])
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate) if known else None
+    if attr == "relu6":
+        return _postop_attr(node)
+    return attr
+
+
+def _rewrite_linear(graph: Graph, linear: Node) -> None:
+    out = linear.output
+    act = out.uses[0].user if len(out.uses) == 1 else None
+    attr = _linear_postop_attr(act) \
+        if act is not None and act.owning_block is linear.owning_block \
+        and act.inputs[0] is out else None
+    attr_value = graph.constant(attr or "none", T.Str, before=linear)
+    fused = graph.replace_node(act if attr else linear, "static_runtime::linear_pointwise",
+                               [*linear.inputs, attr_value], schema=LINEAR_POINTWISE,
+                               remove=(act, linear) if attr else (linear,))
+    fused.source = linear.source

@@ -51,6 +51,11 @@ class StaticModuleOptions:
     fuse_attention: bool = True
     #: conv2d with constant weight (+ relu) → oneDNN prepacked, fused convolution
     fuse_convolution: bool = True
+    #: linear with a constant float32 weight of 512 × 512 or more (+ the relu, gelu, tanh,
+    #: sigmoid, hardswish, ReLU6 or silu after it) → one node that runs oneDNN's fused,
+    #: prepacked linear from 8 rows on (0.4–0.9 × the time of addmm + activation there) and
+    #: addmm + the activation in place below (benchmarks/onednn_postops.py --sweep)
+    fuse_linear_pointwise: bool = True
     #: an exported nn.TransformerEncoderLayer → aten::_transformer_encoder_layer_fwd
     fuse_transformer_encoder: bool = True
     #: runs of small operators → ``static_runtime::fused_region`` (only with a

@@ -216,3 +216,266 @@ def test_options_switch_fusions_off():
     net = torch.jit.script(ConvNet().eval())
     off = sr.StaticModuleOptions(fuse_convolution=False)
     assert "static_runtime::conv2d_pointwise" not in kinds(net, off)
+
+
+class InvertedResidual(torch.nn.Module):
+    """MobileNet-style: 1 x 1 expansion + ReLU6 (hardtanh 0..6), depthwise 3 x 3 +
+    BatchNorm + hardswish, squeeze-excite (hardsigmoid, mul), 1 x 1 projection + residual,
+    a SiLU, pooled to 1 x 1 and flattened."""
+
+    def __init__(self, c=8, mid=16):
+        super().__init__()
+        self.expand = torch.nn.Conv2d(c, mid, 1, bias=False)
+        self.act1 = torch.nn.ReLU6()
+        self.dw = torch.nn.Conv2d(mid, mid, 3, padding=1, groups=mid, bias=False)
+        self.bn = torch.nn.BatchNorm2d(mid)
+        self.act2 = torch.nn.Hardswish()
+        self.reduce = torch.nn.Conv2d(mid, 4, 1)
+        self.restore = torch.nn.Conv2d(4, mid, 1)
+        self.project = torch.nn.Conv2d(mid, c, 1)
+        self.down = torch.nn.Conv2d(c, c, 3, stride=2, padding=1, groups=c)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-0.2, 0.2)
+            self.bn.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        y = self.act2(self.bn(self.dw(self.act1(self.expand(x)))))
+        s = torch.nn.functional.adaptive_avg_pool2d(y, 1)
+        y = y * torch.nn.functional.hardsigmoid(self.restore(torch.relu(self.reduce(s))))
+        z = torch.nn.functional.silu(self.down(self.project(y) + x))
+        return torch.flatten(torch.nn.functional.adaptive_avg_pool2d(z, 1), 1)
+
+
+def test_depthwise_and_pointwise_convolutions_fused_with_their_activations():
+    net = torch.jit.script(InvertedResidual().eval())
+    ks = kinds(net)
+    assert ks.count("static_runtime::conv2d_pointwise") == 6 and "aten::conv2d" not in ks
+    for act in ("hardtanh", "hardswish", "silu", "relu"):
+        assert f"aten::{act}" not in ks and f"aten::{act}_" not in ks, act
+    assert "aten::hardsigmoid" in ks or "aten::hardsigmoid_" in ks  # its input is no conv
+    check(net, [images(1, 12, cin=8)[0]], [images(3, 7, cin=8)[0]])
+    x = images(2, 9, cin=8)[0]
+    check(net, [x.contiguous(memory_format=torch.channels_last)], [x[:, :, 1:, ::2]])
+
+
+def test_pointwise_convolutions_run_as_matmuls_the_others_on_onednn():
+    net = torch.jit.script(InvertedResidual().eval())
+    mod = sr.StaticModule(net)
+    ops = ran(lambda: mod(*images(2, 10, cin=8)))
+    assert "mkldnn::_convolution_pointwise" in ops and "aten::conv2d" not in ops
+    assert "aten::addmm" in ops
+
+
+class CallsConvPointwise(torch.nn.Module):
+    def __init__(self, kernel, stride, groups, bias, attr, c=6):
+        super().__init__()
+        g = torch.Generator().manual_seed(kernel * 10 + stride)
+        self.weight = torch.nn.Parameter(torch.randn(c, c // groups, kernel, kernel, generator=g))
+        self.bias = torch.nn.Parameter(torch.randn(c, generator=g)) if bias else None
+        self.stride, self.padding, self.groups, self.attr = stride, kernel // 2, groups, attr
+
+    def forward(self, x):
+        return torch.ops.static_runtime.conv2d_pointwise(
+            x, self.weight, self.bias, [self.stride, self.stride], [self.padding, self.padding],
+            [1, 1], self.groups, self.attr)
+
+
+@pytest.mark.parametrize("attr", ["none", "relu", "relu6", "hardswish", "silu"])
+@pytest.mark.parametrize("kernel,stride,groups,bias", [
+    (1, 1, 1, True), (1, 1, 1, False), (1, 2, 1, True), (3, 1, 6, False), (3, 2, 1, True)])
+def test_fused_convolution_agrees_with_conv2d_and_its_activation(attr, kernel, stride, groups,
+                                                                  bias):
+    """Each activation the node carries, on each of its paths (1 x 1 as a matmul, oneDNN
+    otherwise), against the interpreter running the operator's reference composition; the
+    output is channels-last, as the pass's layout rule assumes."""
+    net = torch.jit.script(CallsConvPointwise(kernel, stride, groups, bias, attr).eval())
+    x = torch.randn(3, 6, 5, 9, generator=torch.Generator().manual_seed(1))
+    mods = check(net, [torch.randn(1, 6, 7, 7)], [x.contiguous(memory_format=torch.channels_last)])
+    for mod in mods.values():
+        assert mod(x).is_contiguous(memory_format=torch.channels_last)
+
+
+def test_large_pointwise_convolution_stays_on_onednn():
+    """From 2**24 multiply-adds a 1 x 1 convolution runs oneDNN's kernel, below as addmm;
+    the same values and layout either way."""
+    from static_runtime.ops.native.fused import CONV1X1_MATMUL_MAX_MACS
+
+    net = torch.jit.script(CallsConvPointwise(1, 1, 1, True, "relu6", c=64).eval())
+    big = torch.randn(1, 64, 64, 64)
+    assert big.numel() * 64 >= CONV1X1_MATMUL_MAX_MACS
+    mods = check(net, [big], [torch.randn(2, 64, 5, 3)])
+    mod = mods["default"]
+    assert "mkldnn::_convolution_pointwise" in ran(lambda: mod(big))
+    small = ran(lambda: mod(big[:, :, :8, :8]))
+    assert "aten::addmm" in small and "mkldnn::_convolution_pointwise" not in small
+    assert mod(big).is_contiguous(memory_format=torch.channels_last)
+
+
+def test_conv2d_pointwise_refuses_an_unknown_activation():
+    x, w = torch.randn(1, 2, 3, 3), torch.randn(2, 2, 1, 1)
+    with pytest.raises(ValueError, match="attr must be one of"):
+        torch.ops.static_runtime.conv2d_pointwise(x, w, None, [1, 1], [0, 0], [1, 1], 1, "gelu")
+
+
+class ActivationNotTaken(torch.nn.Module):
+    """hardtanh to other bounds than ReLU6's, and a hardswish whose input has another user:
+    both stay separate nodes (the convolutions are still fused, without a post-op)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.b = torch.nn.Conv2d(4, 4, 3, padding=1, groups=4)
+
+    def forward(self, x):
+        y = torch.nn.functional.hardtanh(self.a(x), -1.0, 1.0)
+        z = self.b(y)
+        w = torch.nn.functional.hardswish(z) + z
+        return torch.flatten(torch.nn.functional.adaptive_avg_pool2d(w, 1), 1)
+
+
+def test_activation_not_fused_with_other_bounds_or_another_user():
+    net = torch.jit.script(ActivationNotTaken().eval())
+    ks = kinds(net)
+    assert ks.count("static_runtime::conv2d_pointwise") == 2
+    assert "aten::hardtanh" in ks or "aten::hardtanh_" in ks
+    assert "aten::hardswish" in ks or "aten::hardswish_" in ks
+    check(net, images(1, 6), images(2, 5))
+
+
+def test_double_convolution_is_not_fused():
+    net = torch.jit.script(InvertedResidual().double().eval())
+    ks = kinds(net)
+    assert "static_runtime::conv2d_pointwise" not in ks and "aten::conv2d" in ks
+    check(net, [images(1, 6, cin=8)[0].double()], [images(2, 5, cin=8)[0].double()])
+
+
+# --------------------------------------------------------------------------- linear
+
+ACTIVATIONS = {
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "hardswish": torch.nn.functional.hardswish,
+    "relu6": torch.nn.functional.relu6,
+    "hardtanh": lambda t: torch.nn.functional.hardtanh(t, 0.0, 6.0),
+    "silu": torch.nn.functional.silu,
+}
+
+
+class WideTower(torch.nn.Module):
+    """512-wide linear layers, one per activation, and a last one with none."""
+
+    def __init__(self, width=512):
+        super().__init__()
+        self.layers = torch.nn.ModuleList(
+            [torch.nn.Linear(width, width) for _ in range(len(ACTIVATIONS) + 1)])
+        self.layers[-1].bias = None
+
+    def forward(self, x):
+        x = self.layers[0](x).relu()
+        x = torch.nn.functional.gelu(self.layers[1](x))
+        x = torch.nn.functional.gelu(self.layers[2](x), approximate="tanh")
+        x = torch.tanh(self.layers[3](x))
+        x = torch.sigmoid(self.layers[4](x))
+        x = torch.nn.functional.hardswish(self.layers[5](x))
+        x = torch.nn.functional.relu6(self.layers[6](x))
+        x = torch.nn.functional.hardtanh(self.layers[7](x), 0.0, 6.0)
+        x = torch.nn.functional.silu(self.layers[8](x))
+        return self.layers[9](x)
+
+
+def rows(*shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+
+
+def test_large_linears_fused_with_their_activations():
+    net = torch.jit.script(WideTower().eval())
+    ks = kinds(net)
+    assert ks.count("static_runtime::linear_pointwise") == 10 and "aten::linear" not in ks
+    assert not set(ks) - {"static_runtime::linear_pointwise"}, ks
+    # below and above the row count where oneDNN takes over; a 3-D input folded to 2-D
+    check(net, [rows(2, 512)], [rows(16, 512)])
+    check(net, [rows(3, 4, 512)], [rows(1, 512)])
+    check(net, [rows(512)], [rows(2, 4, 512)[:, 1]])  # a vector; a strided input
+
+
+def test_fused_linear_runs_onednn_only_from_8_rows():
+    mod = sr.StaticModule(torch.jit.script(WideTower().eval()))
+    assert "mkldnn::_linear_pointwise" in ran(lambda: mod(rows(8, 512)))
+    few = ran(lambda: mod(rows(7, 512)))
+    assert "mkldnn::_linear_pointwise" not in few and "aten::addmm" in few
+    assert "mkldnn::_linear_pointwise" in ran(lambda: mod(rows(2, 5, 512)))
+
+
+class LinearNotFused(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.small = torch.nn.Linear(64, 64)
+        self.big = torch.nn.Linear(64, 4096)
+        self.back = torch.nn.Linear(4096, 64)
+
+    def forward(self, x):
+        y = self.small(x).relu()  # a small weight: keeps linear
+        z = self.big(y)  # its output has two users: fused without the activation
+        return self.back(torch.tanh(z) + z)
+
+
+def test_linear_not_fused_when_small_or_its_output_has_other_users():
+    net = torch.jit.script(LinearNotFused().eval())
+    graph = sr.prepare(script(net))
+    fused = [n for n in graph.walk() if n.kind == "static_runtime::linear_pointwise"]
+    assert len(fused) == 2 and [n.kind for n in graph.walk()].count("aten::linear") == 1
+    assert all(n.inputs[3].node.attrs["value"] == "none" for n in fused)
+    check(net, [rows(2, 64)], [rows(9, 64)])
+
+
+def test_linear_with_non_constant_or_double_weight_is_not_fused():
+    src = """
+def f(x: torch.Tensor, w: torch.Tensor):
+    return torch.relu(torch.nn.functional.linear(x, w))
+"""
+    assert "static_runtime::linear_pointwise" not in kinds(src)
+    net = torch.jit.script(WideTower().double().eval())
+    assert "static_runtime::linear_pointwise" not in kinds(net)
+    check(net, [rows(9, 512).double()], [rows(2, 512).double()])
+
+
+def test_linear_pointwise_refuses_an_unknown_activation():
+    with pytest.raises(ValueError, match="attr must be one of"):
+        torch.ops.static_runtime.linear_pointwise(rows(2, 3), rows(4, 3), None, "elu")
+
+
+def test_linear_option_switches_it_off():
+    net = torch.jit.script(WideTower().eval())
+    off = sr.StaticModuleOptions(fuse_linear_pointwise=False)
+    assert "static_runtime::linear_pointwise" not in kinds(net, off)
+
+
+def test_exported_programs_fuse_both():
+    """torch.export graphs (activations recorded as ``hardswish``/``hardtanh``, a bias-less
+    linear): the same rewrites, the same values as eager at two batch sizes."""
+    conv = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Hardswish(),
+        torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.ReLU6(),
+        torch.nn.Conv2d(8, 8, 1), torch.nn.SiLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()).eval()
+    linear = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.GELU(),
+                                 torch.nn.Linear(512, 512, bias=False)).eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    for model, shape, kind, count in (
+            (conv, (2, 3, 8, 8), "static_runtime::conv2d_pointwise", 3),
+            (linear, (9, 512), "static_runtime::linear_pointwise", 2)):
+        x = rows(*shape)
+        program = torch.export.export(model, (x,), dynamic_shapes=({0: batch},))
+        mod = sr.StaticModule(program)
+        ks = [n.kind for n in mod.graph.walk() if n.kind != "prim::Constant"]
+        assert ks.count(kind) == count, ks
+        for inp in (x, rows(1, *shape[1:])):
+            before = inp.clone()
+            with torch.no_grad():
+                expected = model(inp)
+            for _ in range(2):
+                torch.testing.assert_close(mod(inp), expected, rtol=1e-4, atol=1e-4)
+            assert torch.equal(inp, before)

@@ -10,13 +10,23 @@ and 64 × 8 heads it is 1.4 × slower than the written-out form) — and the wri
 operators otherwise, which are exactly the ones it replaced (same values, same errors).
 
 ``static_runtime::conv2d_pointwise(input, weight, bias, stride, padding, dilation, groups,
-attr)`` is ``conv2d`` followed by ``relu`` when ``attr`` is ``"relu"``. With a constant
+attr)`` is ``conv2d`` followed by the activation ``attr`` names: ``"none"``, ``"relu"``,
+``"relu6"`` (``hardtanh`` to [0, 6]), ``"hardswish"`` or ``"silu"``. With a constant
 float32 weight it runs oneDNN's ``_convolution_pointwise`` on a weight reordered once into
 oneDNN's blocked layout, the activation fused into the convolution. Its output is
 channels-last; ``passes/fusion.py`` only rewrites convolutions whose outputs reach nothing
 but layout-insensitive consumers, so that never shows.
 
-Both are defined as PyTorch operators too (``torch.ops.static_runtime.attention``...) with
+``static_runtime::linear_pointwise(input, weight, bias, attr)`` is ``linear`` followed by
+the activation ``attr`` names (``LINEAR_POSTOPS``: ``"none"``, ``"relu"``, ``"gelu"``,
+``"gelu_tanh"``, ``"tanh"``, ``"sigmoid"``, ``"hardswish"``, ``"relu6"``, ``"silu"``). With a
+constant float32 weight, a product of at least ``ONEDNN_LINEAR_MIN_ROWS`` rows runs oneDNN's
+``_linear_pointwise`` on a weight reordered once (on first use), the activation fused; fewer
+rows run ``addmm`` and the activation in place, as the unfused nodes did (oneDNN's linear
+costs ~20 µs more per call, which only a large product hides; ``benchmarks/onednn_postops.py
+--sweep``). Its output is a contiguous tensor either way, like ``linear``'s.
+
+All three are defined as PyTorch operators too (``torch.ops.static_runtime.attention``...) with
 the unfused composition as their implementation, so a printed graph parses back and the
 fallback tier could run them.
 """
@@ -26,12 +36,15 @@ from __future__ import annotations
 import torch
 
 from static_runtime.ir.graph import Node
-from static_runtime.ops.registry import labelled, register_native
+from static_runtime.ops.registry import labelled, register_native, register_out_variant
 
 ATTENTION = ("static_runtime::attention(Tensor query, Tensor key_t, Tensor value, Scalar? scale, "
              "bool divide, int dim) -> Tensor")
 CONV2D_POINTWISE = ("static_runtime::conv2d_pointwise(Tensor input, Tensor weight, Tensor? bias, "
                     "int[] stride, int[] padding, int[] dilation, int groups, str attr) -> Tensor")
+
+LINEAR_POINTWISE = ("static_runtime::linear_pointwise(Tensor input, Tensor weight, "
+                    "Tensor? bias, str attr) -> Tensor")
 
 #: Largest query length, or batch × heads, at which the fused kernel is used.
 SDPA_MAX_QUERY_LENGTH = 8
@@ -48,9 +61,61 @@ def attention_reference(query, key_t, value, scale, divide: bool, dim: int):
     return torch.matmul(torch.softmax(scores, dim), value)
 
 
+#: ``conv2d_pointwise``'s ``attr`` → (the activation, its in-place form, oneDNN's post-op
+#: attr, its scalars and algorithm).
+CONV_POSTOPS = {
+    "none": (None, None, "none", [], ""),
+    "relu": (torch.relu, torch.relu_, "relu", [], ""),
+    "relu6": (lambda t: torch._C._nn.hardtanh(t, 0.0, 6.0),
+              lambda t: torch._C._nn.hardtanh_(t, 0.0, 6.0), "hardtanh", [0.0, 6.0], ""),
+    "hardswish": (torch._C._nn.hardswish, torch._C._nn.hardswish_, "hardswish", [], ""),
+    "silu": (torch._C._nn.silu, torch._C._nn.silu_, "swish", [], ""),
+}
+
+
+_nn = torch._C._nn
+
+#: ``linear_pointwise``'s ``attr`` → (the activation, its in-place form, oneDNN's post-op
+#: attr, its scalars and algorithm).
+LINEAR_POSTOPS = {
+    "none": (None, None, "none", [], ""),
+    "relu": (torch.relu, torch.relu_, "relu", [], ""),
+    "gelu": (_nn.gelu, _nn.gelu_, "gelu", [], "none"),
+    "gelu_tanh": (lambda t: _nn.gelu(t, approximate="tanh"),
+                  lambda t: _nn.gelu_(t, approximate="tanh"), "gelu", [], "tanh"),
+    "tanh": (torch.tanh, torch.tanh_, "tanh", [], ""),
+    "sigmoid": (torch.sigmoid, torch.sigmoid_, "sigmoid", [], ""),
+    "hardswish": CONV_POSTOPS["hardswish"],
+    "relu6": CONV_POSTOPS["relu6"],
+    "silu": CONV_POSTOPS["silu"],
+}
+
+#: A product of at least this many rows runs on oneDNN (``benchmarks/onednn_postops.py
+#: --sweep``: from 8 rows on, with weights of 512 × 512 or more, 0.4–0.9 × the time of
+#: ``addmm`` + activation; at 1 row 0.7–1.3 ×).
+ONEDNN_LINEAR_MIN_ROWS = 8
+
+
+def linear_pointwise_reference(input, weight, bias, attr):
+    if attr not in LINEAR_POSTOPS:
+        raise ValueError(f"static_runtime::linear_pointwise: attr must be one of "
+                         f"{sorted(LINEAR_POSTOPS)}, got {attr!r}")
+    act = LINEAR_POSTOPS[attr][0]
+    out = torch._C._nn.linear(input, weight, bias)
+    return out if act is None else act(out)
+
+
+def _activation(attr: str):
+    if attr not in CONV_POSTOPS:
+        raise ValueError(f"static_runtime::conv2d_pointwise: attr must be one of "
+                         f"{sorted(CONV_POSTOPS)}, got {attr!r}")
+    return CONV_POSTOPS[attr][0]
+
+
 def conv2d_pointwise_reference(input, weight, bias, stride, padding, dilation, groups, attr):
+    act = _activation(attr)
     out = torch.conv2d(input, weight, bias, stride, padding, dilation, groups)
-    return torch.relu(out) if attr == "relu" else out
+    return out if act is None else act(out)
 
 
 @register_native("static_runtime::attention")
@@ -87,33 +152,42 @@ def _conv2d_pointwise(node: Node):
     weight = constant_value(node.inputs[1])
     bias = constant_value(node.inputs[2])
     args = [constant_value(v) for v in node.inputs[3:]]
-    conv2d, relu = torch.conv2d, torch.relu
+    conv2d = torch.conv2d
     if (not isinstance(weight, torch.Tensor) or weight.dtype is not torch.float32
             or weight.dim() != 4 or not torch.backends.mkldnn.is_available()
             or not (bias is None or isinstance(bias, torch.Tensor))
             or any(a is NotImplemented for a in args)):
-        @labelled("torch.conv2d (+ relu)")
+        @labelled("torch.conv2d (+ activation)")
         def unfused(x, w, b, stride, padding, dilation, groups, attr):
+            act = _activation(attr)
             out = conv2d(x, w, b, stride, padding, dilation, groups)
-            return relu(out) if attr == "relu" else out
+            return out if act is None else act(out)
 
         return unfused
     stride, padding, dilation, groups, attr = args
+    act = _activation(attr)
     packed = torch.ops.mkldnn._reorder_convolution_weight(
         weight, padding, stride, dilation, groups)
     pointwise = torch.ops.mkldnn._convolution_pointwise.default
     channels_last = torch.channels_last
-    unary = "relu" if attr == "relu" else "none"
+    _, _, unary, scalars, algorithm = CONV_POSTOPS[attr]
+    if _is_pointwise_1x1(weight, stride, padding, groups):
+        def on_onednn(x):
+            return pointwise(x, packed, bias, padding, stride, dilation, groups, unary,
+                             scalars, algorithm)
+
+        return _conv1x1_as_matmul(weight, bias, attr, on_onednn)
 
     # The fused path needs the constants it was prepared for (an identity check): a planning
     # run on meta tensors passes meta copies, which take the unfused path.
-    @labelled(f"oneDNN _convolution_pointwise ({unary}, prepacked weight)")
+    @labelled(f"oneDNN _convolution_pointwise ({attr}, prepacked weight)")
     def fused(x, w, b, stride_, padding_, dilation_, groups_, attr_):
         if w is weight and b is bias and x.dtype is torch.float32 and x.dim() == 4 \
                 and not x.is_mkldnn and x.device.type == "cpu":
-            return pointwise(x, packed, bias, padding, stride, dilation, groups, unary, [], None)
+            return pointwise(x, packed, bias, padding, stride, dilation, groups, unary,
+                             scalars, algorithm)
         out = conv2d(x, w, b, stride_, padding_, dilation_, groups_)
-        out = relu(out) if attr_ == "relu" else out
+        out = out if act is None else act(out)
         if out.is_meta and out.dim() == 4:
             # planning ahead on meta tensors: lay it out as the oneDNN kernel will
             out = out.contiguous(memory_format=channels_last)
@@ -122,10 +196,147 @@ def _conv2d_pointwise(node: Node):
     return fused
 
 
+def _is_pointwise_1x1(weight: torch.Tensor, stride, padding, groups) -> bool:
+    return (tuple(weight.shape[2:]) == (1, 1) and groups == 1
+            and list(stride) in ([1], [1, 1]) and list(padding) in ([0], [0, 0]))
+
+
+#: A 1 × 1 convolution of fewer multiply-adds than this runs as a matmul (below).
+CONV1X1_MATMUL_MAX_MACS = 1 << 24
+
+
+def _conv1x1_as_matmul(weight: torch.Tensor, bias: torch.Tensor | None, attr: str, on_onednn):
+    """A 1 × 1, stride-1, ungrouped convolution is a product of the (pixels, in channels)
+    matrix a channels-last input is in memory with the (in, out) weight; written into a
+    contiguous (pixels, out channels) matrix, its result is the channels-last tensor the
+    oneDNN kernel would write, computed 3 × faster at MobileNet's sizes (oneDNN's fixed cost
+    per call is ~20 µs; ``benchmarks/onednn_postops.py``, column ``mm+act``). Products of
+    ``CONV1X1_MATMUL_MAX_MACS`` or more stay on oneDNN (``on_onednn``), where the fixed cost
+    is lost in the work and the two were level within our measuring noise."""
+    cout, cin = weight.shape[:2]
+    max_macs = CONV1X1_MATMUL_MAX_MACS
+    weight_t = weight.reshape(cout, cin).t()
+    act, act_ = CONV_POSTOPS[attr][:2]
+    conv2d, addmm, mm, channels_last = torch.conv2d, torch.addmm, torch.mm, torch.channels_last
+
+    @labelled(f"1 x 1 convolution ({attr}): addmm on the channels-last input below "
+              f"{max_macs} multiply-adds, else oneDNN")
+    def conv1x1(x, w, b, stride_, padding_, dilation_, groups_, attr_):
+        if w is weight and b is bias and x.dim() == 4 and x.shape[1] == cin \
+                and x.dtype is torch.float32 and x.device.type == "cpu" and not x.is_mkldnn:
+            if x.numel() * cout >= max_macs:
+                return on_onednn(x)
+            n, _, h, wd = x.shape
+            pixels = x.permute(0, 2, 3, 1).reshape(n * h * wd, cin)  # a view if channels-last
+            out = mm(pixels, weight_t) if bias is None else addmm(bias, pixels, weight_t)
+            out = out.view(n, h, wd, cout).permute(0, 3, 1, 2)
+            return out if act_ is None else act_(out)
+        out = conv2d(x, w, b, stride_, padding_, dilation_, groups_)
+        out = out if act is None else act(out)
+        if out.is_meta and out.dim() == 4:
+            out = out.contiguous(memory_format=channels_last)
+        return out
+
+    return conv1x1
+
+
+@register_out_variant("static_runtime::linear_pointwise")
+def _linear_pointwise(node: Node):
+    if node.schema != LINEAR_POINTWISE:
+        return None
+    from static_runtime.ops.selection import constant_value
+
+    weight = constant_value(node.inputs[1])
+    bias = constant_value(node.inputs[2])
+    attr = constant_value(node.inputs[3])
+    if attr not in LINEAR_POSTOPS:
+        raise ValueError(f"static_runtime::linear_pointwise: attr must be one of "
+                         f"{sorted(LINEAR_POSTOPS)}, got {attr!r}")
+    act, act_, unary, scalars, algorithm = LINEAR_POSTOPS[attr]
+    linear = torch._C._nn.linear
+    if not (isinstance(weight, torch.Tensor) and weight.dtype is torch.float32
+            and weight.dim() == 2 and weight.layout == torch.strided and weight.numel() > 0
+            and (bias is None or (isinstance(bias, torch.Tensor) and bias.dim() == 1
+                                  and bias.dtype is torch.float32
+                                  and bias.layout == torch.strided))
+            and torch.backends.mkldnn.is_available()):
+        @labelled("torch linear (+ activation)")
+        def plain(x, w, b, attr_):
+            out = linear(x, w, b)
+            return out if act is None else act(out)
+
+        @labelled("torch linear(out=) (+ activation in place)")
+        def plain_out(out, x, w, b, attr_):
+            linear(x, w, b, out=out)
+            return out if act_ is None else act_(out)
+
+        return plain, plain_out
+
+    n, k = weight.shape
+    weight_t = weight.t()
+    addmm, mm = torch.addmm, torch.mm
+    pointwise = torch.ops.mkldnn._linear_pointwise.default
+    reorder = torch.ops.mkldnn._reorder_linear_weight
+    min_rows = ONEDNN_LINEAR_MIN_ROWS
+    #: the weight in oneDNN's layout, made on the first product large enough to use it
+    #: (two threads racing both make it; either copy is right)
+    packed: list[torch.Tensor | None] = [None]
+
+    def product(x2, o2):
+        """``act(x2 · Wᵀ + b)`` for a (rows, k) float32 matrix, into ``o2`` if given."""
+        if x2.shape[0] >= min_rows:
+            w = packed[0]
+            if w is None:
+                w = packed[0] = reorder(weight)
+            y = pointwise(x2, w, bias, unary, scalars, algorithm)
+            return y if o2 is None else o2.copy_(y)
+        if o2 is None:
+            y = mm(x2, weight_t) if bias is None else addmm(bias, x2, weight_t)
+        else:
+            y = mm(x2, weight_t, out=o2) if bias is None else addmm(bias, x2, weight_t, out=o2)
+        return y if act_ is None else act_(y)
+
+    # The fast path needs the constants it was prepared for (an identity check): a planning
+    # run on meta tensors passes meta copies, which take the general path.
+    @labelled(f"oneDNN _linear_pointwise ({attr}) from {min_rows} rows, else addmm + {attr}")
+    def fn(x, w, b, attr_):
+        if w is weight and b is bias and x.dtype is torch.float32 and x.device.type == "cpu" \
+                and x.dim() >= 1 and x.shape[-1] == k:
+            if x.dim() == 2:
+                return product(x, None)
+            if x.dim() == 1:
+                return product(x.unsqueeze(0), None).squeeze(0)
+            if x.is_contiguous():
+                return product(x.view(x.numel() // k, k), None).view(*x.shape[:-1], n)
+        out = linear(x, w, b)
+        return out if act is None else act(out)
+
+    @labelled(f"oneDNN _linear_pointwise ({attr}) from {min_rows} rows, else addmm(out=) + "
+              f"{attr} (rank >= 3 folded to 2-D)")
+    def out_fn(out, x, w, b, attr_):
+        if w is weight and b is bias and x.dtype is torch.float32 and x.device.type == "cpu" \
+                and x.dim() >= 1 and x.shape[-1] == k and out.shape[:-1] == x.shape[:-1] \
+                and out.dim() == x.dim() and out.shape[-1] == n and x.is_contiguous() \
+                and out.is_contiguous():
+            if x.dim() == 2:
+                product(x, out)
+            elif x.dim() == 1:  # (``linear(out=)`` would resize ``out`` to (1, n) and back)
+                product(x.unsqueeze(0), out.unsqueeze(0))
+            else:
+                rows = x.numel() // k
+                product(x.view(rows, k), out.view(rows, n))
+            return out
+        linear(x, w, b, out=out)
+        return out if act_ is None else act_(out)
+
+    return fn, out_fn
+
+
 def _define_torch_ops() -> None:
     lib = torch.library.Library("static_runtime", "FRAGMENT")
     for schema, impl in ((ATTENTION, attention_reference),
-                         (CONV2D_POINTWISE, conv2d_pointwise_reference)):
+                         (CONV2D_POINTWISE, conv2d_pointwise_reference),
+                         (LINEAR_POINTWISE, linear_pointwise_reference)):
         name = schema.split("::", 1)[1].split("(", 1)[0]
         if hasattr(torch.ops.static_runtime, name):
             continue  # already defined (this module imported under another name)
