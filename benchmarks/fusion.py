@@ -10,12 +10,17 @@ Three measurements, single-threaded, medians of alternated samples:
 ``sizes``   the region size curve behind ``passes/regions.MIN_KERNELS``: chains of 1–6
             pointwise operators at 64, 4 096 and 262 144 elements, ours without and with
             ``fusion_compiler="inductor"`` (regions forced to form at every size for this).
+``models``  each built-in model at batch 1, ours without and with the option in one process,
+            alternated (the side-by-side table with every peer is ``latency.py``; this one
+            isolates the option): regions formed, whether the generated code is the same,
+            µs per call each way.
 ``startup`` seconds to a first result for the control-flow model: ``StaticModule`` with
             the option on a cold Inductor cache (an empty ``TORCHINDUCTOR_CACHE_DIR``) and a
             warm one, against ``torch.compile`` cold and warm, each in a fresh process.
 
     python benchmarks/fusion.py                  # all three, ~3 minutes on an idle machine
     python benchmarks/fusion.py paths sizes
+    python benchmarks/fusion.py models
 """
 
 from __future__ import annotations
@@ -156,6 +161,31 @@ def sizes(console: Console) -> None:
     console.print("cells: plain ÷ fused (µs plain / µs fused)")
 
 
+def models(console: Console) -> None:
+    from static_runtime.models import MODELS
+
+    table = Table(title="Built-in models, batch 1: ours without and with fusion_compiler="
+                        "'inductor', alternated in one process (µs per call)")
+    for col in ("model", "regions", "same code", "without", "with", "with ÷ without"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for name, spec in MODELS.items():
+        scripted = torch.jit.script(spec.factory().eval())
+        x = spec.make_inputs(1, torch.Generator().manual_seed(0))
+        plain = sr.StaticModule(scripted)
+        fused = sr.StaticModule(scripted, options=sr.StaticModuleOptions(
+            fusion_compiler="inductor"))
+        a, b = plain.runtime(), fused.runtime()
+        with torch.inference_mode():
+            a(*x)
+            b(*x)
+            t = _alternate({"without": functools.partial(a, *x), "with": functools.partial(b, *x)},
+                           repeats=15, calls=300)
+        regions_formed = sum(n.kind == regions.FUSED_REGION for n in fused.graph.walk())
+        table.add_row(name, str(regions_formed), "yes" if plain.code == fused.code else "no",
+                      f"{t['without']:.1f}", f"{t['with']:.1f}", f"{t['with'] / t['without']:.2f}")
+    console.print(table)
+
+
 _STARTUP = r"""
 import json, sys, time, torch
 sys.path.insert(0, {root!r})
@@ -200,13 +230,14 @@ def startup(console: Console) -> None:
 
 
 @click.command()
-@click.argument("parts", nargs=-1, type=click.Choice(["paths", "sizes", "startup"]))
+@click.argument("parts", nargs=-1,
+                type=click.Choice(["paths", "sizes", "models", "startup"]))
 def main(parts: tuple[str, ...]) -> None:
     torch.set_num_threads(1)
     console = Console(width=160)
     console.print(f"torch {torch.__version__}, load average {os.getloadavg()[0]:.2f}")
-    for part in parts or ("paths", "sizes", "startup"):
-        {"paths": paths, "sizes": sizes, "startup": startup}[part](console)
+    for part in parts or ("paths", "sizes", "models", "startup"):
+        {"paths": paths, "sizes": sizes, "models": models, "startup": startup}[part](console)
 
 
 if __name__ == "__main__":

@@ -49,9 +49,13 @@ from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 
 FUSED_REGION = "static_runtime::fused_region"
 
-#: Fewest kernels a region must hold to be compiled: below it a compiled call costs more
-#: than the nodes it replaces (``benchmarks/fusion.py``, "region size").
-MIN_KERNELS = 3
+#: Fewest kernels a region must hold to be compiled. On bare chains a compiled call pays from
+#: three small operators (``benchmarks/fusion.py``, "region size"), but in models the
+#: three-kernel regions measured slower (BERT, RoBERTa, BART, DCN-v2: 1.01–1.05 × without
+#: them): a region's results are fresh tensors, not arena memory, and its arguments are
+#: checked on every call; from four kernels on they paid (GPT-2's GELU, T5's RMSNorm, a
+#: two-tower model's normalisation, the control-flow loop body). BENCHMARKS.md, issue 12.
+MIN_KERNELS = 4
 
 #: Normalisations Inductor decomposes into reductions and pointwise loops.
 NORMALIZATIONS = frozenset({

@@ -158,3 +158,18 @@ def test_a_region_is_compiled_per_intra_op_thread_count():
         torch.set_num_threads(before)
     torch.testing.assert_close(one, two)
     assert "compiled for 2 signature(s)" in mod.describe()
+
+
+def _device_cast_inside(x: torch.Tensor) -> torch.Tensor:
+    a = torch.sigmoid(torch.tanh(x) + 1.0)
+    b = a.to(torch.device("cpu"), torch.float32)  # aten::to.device: no meta run copies it
+    return (b * 2.0).exp()
+
+
+def test_a_cast_to_a_device_inside_a_region():
+    mods = check(_device_cast_inside, (torch.randn(3, 5),), (torch.randn(7, 2),),
+                 options={"fused": FUSED["fused"]})
+    mod = mods["fused"]
+    (region,) = [n for n in mod.graph.walk() if n.kind == FUSED_REGION]
+    assert "aten::to" in [n.kind for n in region.attrs["subgraph"].block.nodes]
+    assert "compiled for 2 signature(s)" in mod.describe()

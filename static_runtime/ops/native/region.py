@@ -124,8 +124,9 @@ class RegionKernel:
                 # The operators first, as they would run: arguments they refuse (shapes
                 # that do not broadcast...) raise their own error here, naming the
                 # operator, and nothing is compiled or remembered for them.
-                self._unfused(args[:])
-                self._kernels[key] = self._compile(key, args)
+                dtypes: list[torch.dtype] = []
+                self._observed(dtypes.append)(*args)
+                self._kernels[key] = self._compile(key, args, dtypes)
             call = self._kernels[key]
             if call is None:
                 return self._unfused
@@ -133,8 +134,9 @@ class RegionKernel:
                                          if isinstance(a, torch.Tensor)), call)
         return call
 
-    def _compile(self, key: tuple, args: list) -> Any:
-        reduced = self._reduced_precision(args)
+    def _compile(self, key: tuple, args: list, dtypes: list[torch.dtype]) -> Any:
+        """``dtypes``: those of every result of the region's operators, seen running them."""
+        reduced = next((d for d in dtypes if d in _REDUCED), None)
         if reduced is not None:
             self._refuse(key, f"a {reduced} tensor: Inductor computes in float32 and rounds "
                               "once, where the operators round after each one")
@@ -152,15 +154,6 @@ class RegionKernel:
             return None
         return compiled.call
 
-    def _reduced_precision(self, args: list) -> torch.dtype | None:
-        """A float16/bfloat16 dtype among the region's inputs and results of its operators
-        (a meta run), or None."""
-        seen: list[torch.dtype] = []
-        meta = [torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
-                if isinstance(a, torch.Tensor) else a for a in args]
-        self.trace_function(observe=seen.append)(*meta)
-        return next((d for d in seen if d in _REDUCED), None)
-
     def _refuse(self, key: tuple, reason: str) -> None:
         self.refusals[key] = reason
         warnings.warn(f"fused region {self.name} runs unfused for inputs {_show(key)}: "
@@ -168,6 +161,9 @@ class RegionKernel:
 
     def _unfused(self, args: list) -> tuple:
         return self._annotated(*args)
+
+    def _observed(self, observe: Any):
+        return self.trace_function(annotate=True, observe=observe)
 
     # -- the region as a function of tensors, for make_fx
 
