@@ -10,7 +10,8 @@ Three measurements, single-threaded, medians of alternated samples:
 ``sizes``   the region size curve behind ``passes/regions.MIN_KERNELS``: chains of 1–6
             pointwise operators at 64, 4 096 and 262 144 elements, ours without and with
             ``fusion_compiler="inductor"`` (regions forced to form at every size for this).
-``models``  each built-in model at batch 1, ours without and with the option in one process,
+``models``  each built-in model at batch 1 (``zoo``: each model of the zoo), ours without and
+            with the option in one process,
             alternated (the side-by-side table with every peer is ``latency.py``; this one
             isolates the option): regions formed, whether the generated code is the same,
             µs per call each way.
@@ -20,7 +21,7 @@ Three measurements, single-threaded, medians of alternated samples:
 
     python benchmarks/fusion.py                  # all three, ~3 minutes on an idle machine
     python benchmarks/fusion.py paths sizes
-    python benchmarks/fusion.py models
+    python benchmarks/fusion.py models zoo
 """
 
 from __future__ import annotations
@@ -161,16 +162,29 @@ def sizes(console: Console) -> None:
     console.print("cells: plain ÷ fused (µs plain / µs fused)")
 
 
-def models(console: Console) -> None:
+def _cases(zoo: bool):
+    """(name, scripted module, inputs at batch 1) of the built-in models or the zoo."""
+    if zoo:
+        from benchmarks.zoo import ZOO
+
+        for name, m in ZOO.items():
+            yield name, m.scripted(), m.inputs(1)
+        return
     from static_runtime.models import MODELS
 
-    table = Table(title="Built-in models, batch 1: ours without and with fusion_compiler="
-                        "'inductor', alternated in one process (µs per call)")
+    for name, spec in MODELS.items():
+        yield (name, torch.jit.script(spec.factory().eval()),
+               spec.make_inputs(1, torch.Generator().manual_seed(0)))
+
+
+def models(console: Console, zoo: bool = False) -> None:
+    table = Table(title=f"{'Model zoo' if zoo else 'Built-in models'}, batch 1: ours without "
+                        "and with fusion_compiler='inductor', alternated in one process "
+                        "(µs per call, median of 15 samples)")
     for col in ("model", "regions", "same code", "without", "with", "with ÷ without"):
         table.add_column(col, justify="left" if col == "model" else "right")
-    for name, spec in MODELS.items():
-        scripted = torch.jit.script(spec.factory().eval())
-        x = spec.make_inputs(1, torch.Generator().manual_seed(0))
+    ratios = []
+    for name, scripted, x in _cases(zoo):
         plain = sr.StaticModule(scripted)
         fused = sr.StaticModule(scripted, options=sr.StaticModuleOptions(
             fusion_compiler="inductor"))
@@ -178,12 +192,21 @@ def models(console: Console) -> None:
         with torch.inference_mode():
             a(*x)
             b(*x)
+            once = time.perf_counter()
+            a(*x)
+            calls = max(5, min(300, int(0.01 / max(time.perf_counter() - once, 1e-6))))
             t = _alternate({"without": functools.partial(a, *x), "with": functools.partial(b, *x)},
-                           repeats=15, calls=300)
+                           repeats=15, calls=calls)
+        ratio = t["with"] / t["without"]
+        ratios.append(ratio)
         regions_formed = sum(n.kind == regions.FUSED_REGION for n in fused.graph.walk())
-        table.add_row(name, str(regions_formed), "yes" if plain.code == fused.code else "no",
-                      f"{t['without']:.1f}", f"{t['with']:.1f}", f"{t['with'] / t['without']:.2f}")
+        recurrent = sum(n.kind in ("static_runtime::lstm", "static_runtime::gru")
+                        for n in fused.graph.walk())
+        table.add_row(name, str(regions_formed) + (f" (+{recurrent} rnn)" if recurrent else ""),
+                      "yes" if plain.code == fused.code else "no",
+                      f"{t['without']:.1f}", f"{t['with']:.1f}", f"{ratio:.2f}")
     console.print(table)
+    console.print(f"geomean with ÷ without: {statistics.geometric_mean(ratios):.3f}")
 
 
 _STARTUP = r"""
@@ -231,13 +254,14 @@ def startup(console: Console) -> None:
 
 @click.command()
 @click.argument("parts", nargs=-1,
-                type=click.Choice(["paths", "sizes", "models", "startup"]))
+                type=click.Choice(["paths", "sizes", "models", "zoo", "startup"]))
 def main(parts: tuple[str, ...]) -> None:
     torch.set_num_threads(1)
     console = Console(width=160)
     console.print(f"torch {torch.__version__}, load average {os.getloadavg()[0]:.2f}")
     for part in parts or ("paths", "sizes", "models", "startup"):
-        {"paths": paths, "sizes": sizes, "models": models, "startup": startup}[part](console)
+        {"paths": paths, "sizes": sizes, "models": models, "startup": startup,
+         "zoo": functools.partial(models, zoo=True)}[part](console)
 
 
 if __name__ == "__main__":
