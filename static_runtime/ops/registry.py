@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import enum
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+import torch
 
 from static_runtime.ir.graph import Node
 
@@ -229,3 +231,23 @@ def labelled(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         return fn
 
     return deco
+
+
+#: Keeps the operator definitions of ``define_torch_ops`` alive (dropping a Library object
+#: deregisters them).
+_LIBRARIES: list[torch.library.Library] = []
+
+
+def define_torch_ops(definitions: Iterable[tuple[str, Callable[..., Any]]]) -> None:
+    """Define operators graph preparation introduces as PyTorch operators too — ``(schema,
+    composite implementation)`` pairs in the ``static_runtime`` namespace — so that a printed
+    graph parses back to their schemas and the fallback tier could run them. Operators
+    already defined (a module imported under another name) are left as they are."""
+    lib = torch.library.Library("static_runtime", "FRAGMENT")
+    for schema, impl in definitions:
+        name = schema.split("::", 1)[1].split("(", 1)[0]
+        if hasattr(torch.ops.static_runtime, name):
+            continue
+        lib.define(schema.split("::", 1)[1])
+        lib.impl(name, impl, "CompositeExplicitAutograd")
+    _LIBRARIES.append(lib)

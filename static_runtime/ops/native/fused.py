@@ -36,7 +36,12 @@ from __future__ import annotations
 import torch
 
 from static_runtime.ir.graph import Node
-from static_runtime.ops.registry import labelled, register_native, register_out_variant
+from static_runtime.ops.registry import (
+    define_torch_ops,
+    labelled,
+    register_native,
+    register_out_variant,
+)
 
 ATTENTION = ("static_runtime::attention(Tensor query, Tensor key_t, Tensor value, Scalar? scale, "
              "bool divide, int dim) -> Tensor")
@@ -332,20 +337,6 @@ def _linear_pointwise(node: Node):
     return fn, out_fn
 
 
-def _define_torch_ops() -> None:
-    lib = torch.library.Library("static_runtime", "FRAGMENT")
-    for schema, impl in ((ATTENTION, attention_reference),
-                         (CONV2D_POINTWISE, conv2d_pointwise_reference),
-                         (LINEAR_POINTWISE, linear_pointwise_reference)):
-        name = schema.split("::", 1)[1].split("(", 1)[0]
-        if hasattr(torch.ops.static_runtime, name):
-            continue  # already defined (this module imported under another name)
-        lib.define(schema.split("::", 1)[1])
-        lib.impl(name, impl, "CompositeExplicitAutograd")
-    _LIBRARIES.append(lib)
-
-
-#: Keeps the operator definitions alive (dropping a Library object deregisters them).
-_LIBRARIES: list[torch.library.Library] = []
-
-_define_torch_ops()
+define_torch_ops(((ATTENTION, attention_reference),
+                  (CONV2D_POINTWISE, conv2d_pointwise_reference),
+                  (LINEAR_POINTWISE, linear_pointwise_reference)))

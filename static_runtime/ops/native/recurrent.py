@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from static_runtime.ir.graph import Node
-from static_runtime.ops.registry import labelled, register_native
+from static_runtime.ops.registry import define_torch_ops, labelled, register_native
 
 LSTM = ("static_runtime::lstm(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, "
         "int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) "
@@ -321,18 +321,4 @@ register_native("static_runtime::lstm")(_native("lstm", LSTM))
 register_native("static_runtime::gru")(_native("gru", GRU))
 
 
-def _define_torch_ops() -> None:
-    lib = torch.library.Library("static_runtime", "FRAGMENT")
-    for schema, impl in ((LSTM, torch.lstm), (GRU, torch.gru)):
-        name = schema.split("::", 1)[1].split("(", 1)[0]
-        if hasattr(torch.ops.static_runtime, name):
-            continue  # already defined (this module imported under another name)
-        lib.define(schema.split("::", 1)[1])
-        lib.impl(name, impl, "CompositeExplicitAutograd")
-    _LIBRARIES.append(lib)
-
-
-#: Keeps the operator definitions alive (dropping a Library object deregisters them).
-_LIBRARIES: list[torch.library.Library] = []
-
-_define_torch_ops()
+define_torch_ops(((LSTM, torch.lstm), (GRU, torch.gru)))
