@@ -201,7 +201,10 @@ def test_linear_on_a_non_contiguous_input_takes_linear(bias):
         return x.transpose(0, 1)
 
     inputs = [t(torch.randn(5, 2, 512))]
-    mods = check(WideLinear(bias), inputs, [t(torch.randn(4, 3, 512))], rtol=0, atol=0)
+    # Not bit for bit: linear copies a non-contiguous input, and MKL's sgemm picks its kernel
+    # by the copy's alignment, so two runs of the same operator may differ in the last bit
+    # (seen once in CI: 8e-7). Which operator runs is what this test is about.
+    mods = check(WideLinear(bias), inputs, [t(torch.randn(4, 3, 512))])
     mod = mods["default"]
     mod(*inputs)
     assert "aten::linear" in _ops_run(mod, *inputs)
