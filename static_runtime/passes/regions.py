@@ -77,11 +77,12 @@ _SCALARS = (T.Int, T.Float, T.Bool, T.Number)
 
 def fuse_regions(graph: Graph) -> bool:
     db = AliasDb(graph)
+    classes = {n: member_class(n) for n in graph.walk()}
     blocks = [graph.block] + [b for n in graph.walk() for b in n.blocks]
     changed = False
     for block in blocks:
-        for region in _regions_of(block, db):
-            changed |= _form(graph, region)
+        for region in _regions_of(block, db, classes):
+            changed |= _form(graph, region, classes)
     return changed
 
 
@@ -126,7 +127,8 @@ def _acceptable_input(v: Value) -> bool:
     return constant_value(v)[0]  # sizes, dims, dtypes, None...: only as constants
 
 
-def _regions_of(block: Block, db: AliasDb) -> list[list[Node]]:
+def _regions_of(block: Block, db: AliasDb,
+                classes: dict[Node, str | None]) -> list[list[Node]]:
     regions: list[list[Node]] = []
     current: list[Node] = []
     produced: set[Value] = set()
@@ -134,23 +136,26 @@ def _regions_of(block: Block, db: AliasDb) -> list[list[Node]]:
     def close() -> None:
         nonlocal current, produced
         if current:
-            regions.extend(_split_at_escaping_views(current))
+            regions.extend(_split_at_escaping_views(current, classes))
         current, produced = [], set()
 
     for node in block.nodes:
-        if member_class(node) is not None:
+        if classes[node] is not None:
             current.append(node)
             produced.update(node.outputs)
             continue
         if node.kind == "prim::Constant":
             continue
-        reads_member = any(v in produced for v in node.inputs) or any(
-            v in produced for b in node.blocks for inner in b.walk() for v in inner.inputs)
-        if (reads_member or node.blocks or has_side_effects(node)
+        # control flow ends a region whatever its blocks read
+        if (node.blocks or any(v in produced for v in node.inputs) or has_side_effects(node)
                 or db.writes(node)):
             close()
     close()
-    return [r for r in regions if sum(member_class(n) == "kernel" for n in r) >= MIN_KERNELS]
+    return [r for r in regions if _kernels(r, classes) >= MIN_KERNELS]
+
+
+def _kernels(region: list[Node], classes: dict[Node, str | None]) -> int:
+    return sum(classes[n] == "kernel" for n in region)
 
 
 def _escaping(region: list[Node]) -> set[Value]:
@@ -163,21 +168,25 @@ def _escaping(region: list[Node]) -> set[Value]:
     return out
 
 
-def _split_at_escaping_views(region: list[Node]) -> list[list[Node]]:
+def _split_at_escaping_views(region: list[Node],
+                             classes: dict[Node, str | None]) -> list[list[Node]]:
     """Regions whose results are all computed (not views): a view whose result is read
     outside runs outside, and the region is cut there (the members after it may read it)."""
+    escaping = _escaping(region)
     for i, node in enumerate(region):
-        if member_class(node) == "view" and node.outputs[0] in _escaping(region):
-            return _split_at_escaping_views(region[:i]) + _split_at_escaping_views(region[i + 1:])
+        if classes[node] == "view" and node.outputs[0] in escaping:
+            return (_split_at_escaping_views(region[:i], classes)
+                    + _split_at_escaping_views(region[i + 1:], classes))
     return [region] if region else []
 
 
 # --------------------------------------------------------------------------- rewriting
 
 
-def _form(graph: Graph, region: list[Node]) -> bool:
+def _form(graph: Graph, region: list[Node], classes: dict[Node, str | None]) -> bool:
     members = set(region)
-    results = [v for n in region for v in n.outputs if v in _escaping(region)]
+    escaping = _escaping(region)
+    results = [v for n in region for v in n.outputs if v in escaping]
     if not results:
         return False
     sub = Graph()
@@ -213,7 +222,7 @@ def _form(graph: Graph, region: list[Node]) -> bool:
 
     fused = graph.create(FUSED_REGION, inputs, output_types=[v.type for v in results])
     fused.attrs[SUBGRAPH] = sub
-    fused.attrs["kernels"] = sum(member_class(n) == "kernel" for n in region)
+    fused.attrs["kernels"] = _kernels(region, classes)
     fused.source = region[-1].source
     fused.insert_after(region[-1])
     names = [v.name for v in results]
