@@ -15,7 +15,9 @@ shapes, strides and dtypes, the C++ kernel cache each kernel's source; a second 
 compiling the same region builds nothing. Nothing compiled is ever read from a file of ours.
 
 A compiled callable is specialised to its inputs' shapes, strides and dtypes: it checks
-sizes and strides itself (``assert_size_stride``, an ``AssertionError``) but not dtypes.
+sizes and strides itself (``assert_size_stride``, an ``AssertionError``; every empty tensor
+passes) but not dtypes. Its kernels also keep the OpenMP thread count torch had when they
+were compiled, so a cache of compiled callables keys on ``torch.get_num_threads()`` too.
 """
 
 from __future__ import annotations

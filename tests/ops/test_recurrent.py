@@ -96,6 +96,25 @@ def test_time_first_bidirectional_lstm_two_layer_gru(compiles):
     assert compiles["calls"] == 4
 
 
+def test_compiled_again_for_another_intra_op_thread_count(compiles):
+    # Inductor's kernels keep the OpenMP thread count they were compiled with
+    torch.manual_seed(2)
+    model = TimeFirst().eval()
+    x = (torch.randn(3, 1, 5), torch.randn(2, 1, 3), torch.randn(2, 1, 3))
+    mod = sr.StaticModule(torch.jit.script(model), options=INDUCTOR)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = mod(*x)
+        torch.set_num_threads(2)
+        two = mod(*x)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(one, two)
+    torch.testing.assert_close(one, model(*x))
+    assert compiles["compiles"] == 4  # the LSTM's and the GRU's node, at each count
+
+
 def test_off_by_default_and_with_compile_recurrent_off():
     model = torch.jit.script(BatchFirst().eval())
     for options in (sr.StaticModuleOptions(),

@@ -248,7 +248,9 @@ class CompiledRecurrence:
             return None
         if self.mode == "lstm" and batch > LSTM_MAX_BATCH:
             return None
-        return (tuple(x.shape), x.stride(), *((tuple(s.shape), s.stride()) for s in state))
+        # Inductor's kernels keep the OpenMP thread count they were compiled with
+        return (torch.get_num_threads(), tuple(x.shape), x.stride(),
+                *((tuple(s.shape), s.stride()) for s in state))
 
     def _compile(self, key: tuple, x: torch.Tensor, state: list[torch.Tensor]):
         from static_runtime.ops.inductor import CompileRefused, compile_graph
