@@ -148,8 +148,9 @@ def _make_pytorch_static_runtime(s: _Setup) -> Callable[[], Any]:
     return lambda: sm(*inputs)
 
 
-def _make_static_runtime(s: _Setup) -> Callable[[], Any]:
-    mod = sr.StaticModule(s.scripted)
+def _make_static_runtime(s: _Setup, options: sr.StaticModuleOptions | None = None
+                         ) -> Callable[[], Any]:
+    mod = sr.StaticModule(s.scripted, options=options)
     s.details["module"] = mod
     rt = mod.runtime()
     inputs = s.inputs
@@ -159,14 +160,11 @@ def _make_static_runtime(s: _Setup) -> Callable[[], Any]:
 def _make_static_runtime_fused(s: _Setup) -> Callable[[], Any]:
     """Ours with ``fusion_compiler="inductor"``; the factory makes the first call, so the
     regions' compilation is counted in setup, as torch.compile's is."""
-    mod = sr.StaticModule(s.scripted, options=sr.StaticModuleOptions(fusion_compiler="inductor"))
-    s.details["module"] = mod
-    rt = mod.runtime()
-    inputs = s.inputs
-    rt(*inputs)
+    run = _make_static_runtime(s, sr.StaticModuleOptions(fusion_compiler="inductor"))
+    run()
     s.details["regions"] = sum(n.kind == "static_runtime::fused_region"
-                               for n in mod.graph.walk())
-    return lambda: rt(*inputs)
+                               for n in s.details["module"].graph.walk())
+    return run
 
 
 def _make_torch_compile(s: _Setup) -> Callable[[], Any]:
