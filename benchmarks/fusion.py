@@ -45,22 +45,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import static_runtime as sr
+from static_runtime.compare import median_us
 from static_runtime.passes import regions
 
 
 def _alternate(fns: dict, repeats: int = 15, calls: int = 2000) -> dict[str, float]:
     """µs per call of each function, median over ``repeats`` samples, alternated."""
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for f in fns.values():
-        for _ in range(50):
-            f()
-    for _ in range(repeats):
-        for k, f in fns.items():
-            start = time.perf_counter()
-            for _ in range(calls):
-                f()
-            samples[k].append((time.perf_counter() - start) / calls * 1e6)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return median_us(fns, repeats=repeats, calls=calls, warmup=50)
 
 
 def _chain(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -83,6 +83,7 @@ def run_case(model: str, batch: int, repeats: int, calls: int, peers: tuple[str,
 def run_variants(repeats: int, calls: int) -> None:
     import torch
 
+    from static_runtime.compare import median_us
     from static_runtime.ops.inductor import compile_graph
     from static_runtime.ops.native.recurrent import prepare_weights, recurrence
 
@@ -123,27 +124,11 @@ def run_variants(repeats: int, calls: int) -> None:
                 runners[name] = (lambda c=compiled, ws=ws, x=x, state=state:
                                  c.call([x, *state, *ws]))
                 seconds[name] = compiled.seconds
-            us = _alternate(runners, repeats, calls)
+            us = median_us(runners, repeats=repeats, calls=calls, warmup=10)
             for name, t in us.items():
                 compile_s = f"{seconds[name]:.1f}" if name in seconds else "—"
                 print(f"| {mode} | {batch} | {name} | {t:.1f} | {t / us['aten']:.2f} | "
                       f"{compile_s} |", flush=True)
-
-
-def _alternate(runners: dict, repeats: int, calls: int) -> dict[str, float]:
-    import statistics
-
-    samples: dict[str, list[float]] = {name: [] for name in runners}
-    for fn in runners.values():
-        for _ in range(10):
-            fn()
-    for _ in range(repeats):
-        for name, fn in runners.items():
-            start = time.perf_counter_ns()
-            for _ in range(calls):
-                fn()
-            samples[name].append((time.perf_counter_ns() - start) / calls / 1e3)
-    return {name: statistics.median(s) for name, s in samples.items()}
 
 
 @click.command()

@@ -544,6 +544,14 @@ def time_runners(runners: list[Runner], *, repeats: int = 15, calls: int = 50,
     return timings
 
 
+def median_us(fns: dict[str, Callable[[], Any]], *, repeats: int = 15, calls: int = 50,
+              warmup: int = 20) -> dict[str, float]:
+    """``time_runners`` for plain functions: name → median µs per call."""
+    runners = [Runner(name, fn, 0.0) for name, fn in fns.items()]
+    timings = time_runners(runners, repeats=repeats, calls=calls, warmup=warmup)
+    return {name: t.median_us for name, t in timings.items()}
+
+
 # --------------------------------------------------------------------------- TorchScript archives
 
 ARCHIVE_RUNNERS = ("torchscript", "torchscript_frozen", "pytorch_static_runtime",
