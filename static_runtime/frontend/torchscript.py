@@ -1,10 +1,14 @@
 """TorchScript importer: ScriptModule, ScriptFunction, ``torch._C.Graph`` or a ``.pt`` path → IR.
 
 Modules are frozen as the seed describes (``torch.jit.freeze`` in eval mode): parameters and
-unmutated attributes become constants, methods are inlined. Attributes the forward writes
-(``self.b = 20``, ``self.history.append(n)``, ``self.buf.add_(x)``) survive freezing; the
-module object they live on becomes a constant the graph reads and writes with
-``prim::GetAttr``/``prim::SetAttr``.
+unmutated attributes become constants, methods are inlined. Freezing runs without its
+numerics folds (``optimize_numerics=False``): its Linear+BatchNorm fold rewrites the linear
+layer's weights even where its result has other uses (a residual ``h + f(bn(h))`` then adds
+the normalised ``h``), a wrong answer. ``passes/fold.py`` folds batch norms where it is exact.
+
+Attributes the forward writes (``self.b = 20``, ``self.history.append(n)``,
+``self.buf.add_(x)``) survive freezing; the module object they live on becomes a constant the
+graph reads and writes with ``prim::GetAttr``/``prim::SetAttr``.
 
 That constant is not the TorchScript module itself but a Python mirror of its state
 (``ScriptObjectValue``s, one per module object): reading a list or dict attribute of a
@@ -81,7 +85,8 @@ def _import_module(module: torch.jit.ScriptModule, *, freeze: bool) -> Graph:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
-                frozen = torch.jit.freeze(module)
+                # (no numerics folds: see the module docstring)
+                frozen = torch.jit.freeze(module, optimize_numerics=False)
         except Exception as e:
             raise FrontendError(f"freezing the module failed: {e}") from e
         finally:

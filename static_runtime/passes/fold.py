@@ -1,23 +1,32 @@
-"""``fold_batchnorm``: an inference batch norm after a convolution becomes part of its weights.
+"""``fold_batchnorm``: an inference batch norm after a convolution or a linear layer becomes
+part of its weights.
 
 ``batch_norm(conv(x, W, b), γ, β, μ, σ², training=False, eps)`` equals ``conv(x, W', b')``
 with ``s = γ / sqrt(σ² + eps)``, ``W' = W · s`` (per output channel) and
-``b' = (b − μ) · s + β``. TorchScript's freezing already does this for frozen modules; this
-pass does it for graphs that reach us with the batch norm still there — ``torch.export``
-programs, and TorchScript modules frozen with ``optimize_numerics=False`` or not at all
-(when their weights are constants).
+``b' = (b − μ) · s + β``; the same holds for ``linear`` when the batch norm's channel
+dimension (dim 1) is the linear layer's output features (its last dimension), which is so
+exactly when the input has rank 2. This pass does the folding itself for every frontend:
+the TorchScript frontend freezes with ``optimize_numerics=False``, because freezing's own
+folds rewrite the weights of a layer whose result has other uses too (``h = fc(x);
+h + fc2(bn(h))`` then adds the *normalised* ``h``: a wrong answer).
 
-Applies to ``aten::conv1d``/``conv2d``/``conv3d`` and ``aten::convolution`` (not
-transposed), followed by
-``aten::batch_norm`` with ``training`` the constant ``False`` or by
-``aten::_native_batch_norm_legit_no_training`` (export's form) whose statistics outputs are
-unused; everything but ``x`` must be a constant, the batch norm the convolution's only user,
-and the tensors floating point of one dtype. The folded constants are computed in float64
-and rounded once to the weights' dtype, so the result differs from the two-step computation
-only by rounding.
+Folded only where that is exact:
 
-One difference: ``batch_norm`` checks its input's rank (``BatchNorm2d`` refuses an unbatched
-3-D image that ``conv2d`` accepts); once folded, that input runs.
+* the layer's result has no use but the batch norm, apart from reads of its metadata
+  (``dim``, ``size``, ``dtype``: a batch norm keeps those) — a residual use keeps both;
+* everything but ``x`` is a constant, the tensors floating point of one dtype, the batch
+  norm in inference mode (``aten::batch_norm`` with ``training`` the constant ``False``, or
+  export's ``_native_batch_norm_legit_no_training`` with its statistics unused);
+* the ranks agree. A convolution's batch norm sees the channels in dim 1 for a batched input
+  (rank of the weight); an unbatched one would put them elsewhere, so the folded graph checks
+  the rank and raises for an unbatched input (where the unfolded batch norm raises too, but
+  for ``BatchNorm1d`` on an unbatched ``conv1d`` whose length equals its channels).
+  A linear layer's input of rank 2 takes the folded layer; any other rank runs the layer
+  and the batch norm as they were (a ``prim::If`` on the rank, which the code generated per
+  input signature resolves once).
+
+The folded constants are computed in float64 and rounded once to the weights' dtype, so the
+result differs from the two-step computation only by rounding.
 """
 
 from __future__ import annotations
@@ -25,14 +34,28 @@ from __future__ import annotations
 import torch
 
 from static_runtime.ir import types as T
-from static_runtime.ir.graph import Graph, Node
+from static_runtime.ir.graph import Graph, Node, Value
 from static_runtime.passes.constant_propagation import constant_value
 
 _CONVS = {str(op._schema) for op in (
     torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default, torch.ops.aten.conv3d.default,
     torch.ops.aten.convolution.default)}
+_LINEAR = str(torch.ops.aten.linear.default._schema)
 _BATCH_NORM = str(torch.ops.aten.batch_norm.default._schema)
 _BATCH_NORM_EXPORT = str(torch.ops.aten._native_batch_norm_legit_no_training.default._schema)
+_DIM = str(torch.ops.aten.dim.default._schema)
+_EQ_INT = str(torch.ops.aten.eq.int._schema)
+_NE_INT = str(torch.ops.aten.ne.int._schema)
+_FORMAT = str(torch.ops.aten.format.default._schema)
+
+#: Operators that read only a tensor's metadata, which a batch norm leaves as it was: a use
+#: by one of them does not stop the folding.
+METADATA_READS = frozenset({
+    str(op._schema) for op in (
+        torch.ops.aten.dim.default, torch.ops.aten.size.int, torch.ops.aten.size.default,
+        torch.ops.aten.numel.default, torch.ops.prim.dtype.default,
+        torch.ops.prim.device.default, torch.ops.prim.layout.default,
+        torch.ops.aten.is_floating_point.default, torch.ops.aten.is_complex.default)})
 
 
 def fold_batchnorm(graph: Graph) -> bool:
@@ -53,6 +76,12 @@ def _constants(node: Node, indices) -> list | None:
     return values
 
 
+def _only_value_use(y: Value, bn: Node) -> bool:
+    """``bn`` is the one use of ``y`` that reads its values."""
+    return all(u.user is bn or u.user.schema in METADATA_READS for u in y.uses) \
+        and sum(u.user is bn for u in y.uses) == 1
+
+
 def _fold(graph: Graph, bn: Node) -> bool:
     if bn.schema == _BATCH_NORM:
         params = _constants(bn, (1, 2, 3, 4, 5, 7))
@@ -69,25 +98,101 @@ def _fold(graph: Graph, bn: Node) -> bool:
             return False
         gamma, beta, mean, var, eps = params
     y = bn.inputs[0]
-    conv = y.node
-    if conv.schema not in _CONVS or len(y.uses) != 1 \
-            or conv.owning_block is not bn.owning_block:
+    layer = y.node
+    if layer.schema not in _CONVS and layer.schema != _LINEAR:
         return False
-    if conv.schema == str(torch.ops.aten.convolution.default._schema):
-        known, transposed = constant_value(conv.inputs[6])
+    if layer.owning_block is not bn.owning_block or not _only_value_use(y, bn):
+        return False
+    if layer.schema == str(torch.ops.aten.convolution.default._schema):
+        known, transposed = constant_value(layer.inputs[6])
         if not known or transposed is not False:
             return False
-    folded = _folded(*(_constants(conv, (1, 2)) or (None, None)), gamma, beta, mean, var, eps)
+    weight, bias = _constants(layer, (1, 2)) or (None, None)
+    folded = _folded(weight, bias, gamma, beta, mean, var, eps)
     if folded is None:
         return False
-    new_weight = graph.constant(folded[0], T.Tensor, before=conv)
-    new_bias = graph.constant(folded[1], T.Tensor, before=conv)
-    conv.replace_input(1, new_weight)
-    conv.replace_input(2, new_bias)
+    if layer.schema == _LINEAR:
+        return _fold_linear(graph, layer, bn, *folded)
+    new_weight = graph.constant(folded[0], T.Tensor, before=layer)
+    new_bias = graph.constant(folded[1], T.Tensor, before=layer)
+    layer.replace_input(1, new_weight)
+    layer.replace_input(2, new_bias)
+    _check_batched(graph, layer, weight.dim(), bn)
     name = bn.outputs[0].name
-    bn.outputs[0].replace_all_uses_with(conv.output)
+    bn.outputs[0].replace_all_uses_with(layer.output)
     bn.destroy()
-    conv.output.set_name(name)
+    layer.output.set_name(name)
+    return True
+
+
+def _op(graph: Graph, kind: str, schema: str, inputs: list[Value], out: T.Type,
+        before: Node) -> Value:
+    node = graph.create(kind, inputs, output_types=[out])
+    node.schema = schema
+    node.source = before.source
+    node.insert_before(before)
+    return node.output
+
+
+def _check_batched(graph: Graph, conv: Node, rank: int, bn: Node) -> None:
+    """Before ``conv``: raise unless its input has the weight's rank (a batch)."""
+    dim = _op(graph, "aten::dim", _DIM, [conv.inputs[0]], T.Int, conv)
+    wrong = _op(graph, "aten::ne", _NE_INT, [dim, graph.constant(rank, T.Int, before=conv)],
+                T.Bool, conv)
+    check = graph.create("prim::If", [wrong])
+    check.source = bn.source
+    check.insert_before(conv)
+    raising, fine = check.add_block(), check.add_block()
+    message = (f"static_runtime folded the batch norm{_at(bn)} into the convolution before it, "
+               f"which is exact for an input of rank {rank} (a batch); this input has rank "
+               "{}. Build the StaticModule with StaticModuleOptions(fold_batchnorm=False) to "
+               "run unbatched inputs.")
+    text = graph.create("aten::format", [graph.constant(message, T.Str, before=check), dim],
+                        output_types=[T.Str])
+    text.schema = _FORMAT
+    raising.append(text)
+    raise_ = graph.create("prim::RaiseException",
+                          [text.output, graph.constant("builtins.ValueError", T.Str,
+                                                       before=check)])
+    raise_.schema = str(torch.ops.prim.RaiseException.default._schema)
+    raising.append(raise_)
+    del fine  # nothing to do on a batch
+
+
+def _at(node: Node) -> str:
+    return f" at {node.source}" if node.source else ""
+
+
+def _fold_linear(graph: Graph, linear: Node, bn: Node, weight: torch.Tensor,
+                 bias: torch.Tensor) -> bool:
+    """``bn(linear(x, W, b))`` → ``linear(x, W', b') if x.dim() == 2 else bn(linear(x, W, b))``."""
+    if weight.dim() != 2 or any(not v.node.is_before(linear) for v in bn.inputs[1:]):
+        return False
+    x, y = linear.inputs[0], linear.output
+    dim = _op(graph, "aten::dim", _DIM, [x], T.Int, linear)
+    is_matrix = _op(graph, "aten::eq", _EQ_INT, [dim, graph.constant(2, T.Int, before=linear)],
+                    T.Bool, linear)
+    branch = graph.create("prim::If", [is_matrix], output_types=[bn.outputs[0].type])
+    branch.source = linear.source
+    branch.insert_before(linear)
+    folded_block, as_was = branch.add_block(), branch.add_block()
+    new_weight = graph.constant(weight, T.Tensor, before=branch)
+    new_bias = graph.constant(bias, T.Tensor, before=branch)
+    folded = graph.create("aten::linear", [x, new_weight, new_bias],
+                          output_types=[y.type])
+    folded.schema, folded.source = linear.schema, linear.source
+    folded_block.append(folded)
+    folded_block.add_output(folded.output)
+    result = branch.output
+    for use in list(y.uses):  # metadata reads: a batch norm keeps what they read
+        if use.user is not bn:
+            use.user.replace_input(use.index, result)
+    name = bn.outputs[0].name
+    bn.outputs[0].replace_all_uses_with(result)
+    as_was.append(linear)
+    as_was.append(bn)
+    as_was.add_output(bn.outputs[0])
+    result.set_name(name)
     return True
 
 

@@ -1,5 +1,6 @@
-"""fold_batchnorm: an inference batch norm after a constant-weight convolution is folded
-into its weights; results equal the unfolded graph's (and the TorchScript interpreter's)."""
+"""fold_batchnorm: an inference batch norm after a constant-weight convolution or linear layer
+is folded into its weights where that is exact; results equal the unfolded graph's, the
+TorchScript interpreter's (unfrozen) and eager PyTorch's."""
 
 import pytest
 import torch
@@ -62,7 +63,9 @@ def test_folded_and_equal(export_form, bias):
     text = conv_bn(export_form=export_form)
     before, after = ir(text, consts), ir(text, consts)
     assert run_pass("fold_batchnorm", after)
-    assert kinds(after) == ["aten::conv2d"]
+    # the convolution, and the check that its input is a batch (see test_unbatched_refused)
+    assert [k for k in kinds(after) if k.startswith("aten::conv")] == ["aten::conv2d"]
+    assert not any("batch_norm" in k for k in kinds(after))
     for x in (images(1, 3, 8, 8), images(3, 3, 5, 7)):
         torch.testing.assert_close(run_graph(after, x.clone()), run_graph(before, x.clone()))
     assert all(c.shape == (C,) for c in (consts["mean"], consts["var"]))  # untouched
@@ -99,3 +102,164 @@ def test_module_frozen_without_numerics_folding():
           options={"folded": opts, "none": NO_PASSES})
     off = sr.prepare(frozen, sr.StaticModuleOptions(freeze=False, fold_batchnorm=False))
     assert "aten::batch_norm" in kinds(off)
+
+
+def test_unbatched_input_refused_after_folding():
+    """Folded, the batch norm's channels are the convolution's output channels, which holds
+    for a batch; an unbatched image (which ``BatchNorm2d`` refuses too) raises an error
+    that says what to do."""
+    graph = ir(conv_bn(), constants())
+    assert run_pass("fold_batchnorm", graph)
+    mod = sr.StaticModule(graph, options=NO_PASSES)
+    with pytest.raises(ValueError, match=r"rank 4 \(a batch\); this input has rank 3.*"
+                                         r"fold_batchnorm=False"):
+        mod(images(3, 6, 6))
+    torch.testing.assert_close(mod(images(2, 3, 6, 6)),
+                               run_graph(ir(conv_bn(), constants()), images(2, 3, 6, 6)))
+
+
+F = 6
+
+
+def linear_constants(bias=True):
+    g = torch.Generator().manual_seed(5)
+    return {
+        "w": torch.randn(F, F, generator=g), "b": torch.randn(F, generator=g) if bias else None,
+        "gamma": torch.rand(F, generator=g) + 0.5, "beta": torch.randn(F, generator=g),
+        "mean": torch.randn(F, generator=g), "var": torch.rand(F, generator=g) + 0.1,
+    }
+
+
+LINEAR_BN = """
+graph(%x : Tensor):
+  %w : Tensor = prim::Constant[value=<ref w>]()
+  %b : Tensor = prim::Constant[value=<ref b>]()
+  %gamma : Tensor = prim::Constant[value=<ref gamma>]()
+  %beta : Tensor = prim::Constant[value=<ref beta>]()
+  %mean : Tensor = prim::Constant[value=<ref mean>]()
+  %var : Tensor = prim::Constant[value=<ref var>]()
+  %training : bool = prim::Constant[value=False]()
+  %mom : float = prim::Constant[value=0.1]()
+  %eps : float = prim::Constant[value=1e-05]()
+  %cudnn : bool = prim::Constant[value=True]()
+  %h : Tensor = aten::linear(%x, %w, %b)
+  %d : int = aten::dim(%h)
+  %y : Tensor = aten::batch_norm(%h, %gamma, %beta, %mean, %var, %training, %mom, %eps, %cudnn)
+  return (%y, %d)
+"""
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bias", "no_bias"])
+def test_linear_folded_for_matrices_and_as_was_for_other_ranks(bias):
+    """A rank-2 input takes the folded linear; a rank-3 input (whose batch norm normalises
+    dim 1, not the linear's features) runs the linear and the batch norm as they were."""
+    consts = linear_constants(bias)
+    before, after = ir(LINEAR_BN, consts), ir(LINEAR_BN, consts)
+    assert run_pass("fold_batchnorm", after)
+    branch = next(n for n in after.walk() if n.kind == "prim::If")
+    assert [n.kind for n in branch.blocks[0].nodes] == ["aten::linear"]
+    assert [n.kind for n in branch.blocks[1].nodes] == ["aten::linear", "aten::batch_norm"]
+    g = torch.Generator().manual_seed(1)
+    for shape in ((4, F), (1, F), (3, F, F), (2, F, F)):
+        x = torch.randn(*shape, generator=g)
+        torch.testing.assert_close(run_graph(after, x.clone()), run_graph(before, x.clone()))
+
+
+def test_linear_with_a_residual_use_not_folded():
+    text = LINEAR_BN.replace("return (%y, %d)", "%r : Tensor = aten::add(%h, %y, %mom)\n"
+                             "  return (%r)")
+    graph = ir(text, linear_constants())
+    assert not run_pass("fold_batchnorm", graph)
+    assert "aten::batch_norm" in kinds(graph)
+
+
+def _stats(bn: torch.nn.Module, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    n = bn.num_features
+    with torch.no_grad():
+        bn.running_mean.copy_(torch.randn(n, generator=g) * 2)
+        bn.running_var.copy_(torch.rand(n, generator=g) * 2.5 + 0.5)
+        bn.weight.copy_(torch.rand(n, generator=g) * 1.5 + 0.5)
+        bn.bias.copy_(torch.randn(n, generator=g))
+
+
+class LinearResidual(torch.nn.Module):
+    """The issue's reproduction: the linear's result feeds the batch norm and the sum.
+    TorchScript's freezing (optimize_numerics=True) folds the batch norm into ``fc`` anyway,
+    so the sum adds the normalised ``h`` (frozen TorchScript is 3-4 off here)."""
+
+    def __init__(self, bn_first: bool = False):
+        super().__init__()
+        self.fc, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+        self.bn = torch.nn.BatchNorm1d(16)
+        self.bn_first = bn_first
+        _stats(self.bn, 0)
+
+    def forward(self, x):
+        if self.bn_first:
+            h = self.bn(x)
+            return h + self.fc2(torch.relu(self.fc(h)))
+        h = self.fc(x)
+        return h + self.fc2(torch.relu(self.bn(h)))
+
+
+class ConvResidual(torch.nn.Module):
+    def __init__(self, bn_first: bool = False):
+        super().__init__()
+        self.conv, self.conv2 = (torch.nn.Conv2d(6, 6, 3, padding=1) for _ in range(2))
+        self.bn = torch.nn.BatchNorm2d(6)
+        self.bn_first = bn_first
+        _stats(self.bn, 1)
+
+    def forward(self, x):
+        if self.bn_first:
+            h = self.bn(x)
+            return h + self.conv2(torch.relu(self.conv(h)))
+        h = self.conv(x)
+        return h + self.conv2(torch.relu(self.bn(h)))
+
+
+class Chain(torch.nn.Module):
+    """Linear → BatchNorm1d → ReLU twice, then conv → BatchNorm2d: all foldable."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(16, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+            torch.nn.Linear(16, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU())
+        _stats(self.layers[1], 2)
+        _stats(self.layers[4], 3)
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+@pytest.mark.parametrize("bn_first", [False, True], ids=["bn_after", "bn_before"])
+@pytest.mark.parametrize("make,shapes", [
+    (LinearResidual, ((4, 16), (7, 16))), (ConvResidual, ((1, 6, 8, 8), (3, 6, 5, 7)))],
+    ids=["linear", "conv"])
+def test_residual_patterns_equal_eager(make, shapes, bn_first):
+    """Through the whole frontend (freezing included): equal to eager on two shapes, called
+    twice each, whichever side of the layer the batch norm is on."""
+    model = make(bn_first).eval()
+    g = torch.Generator().manual_seed(7)
+    inputs = [torch.randn(*s, generator=g) for s in shapes]
+    mod = sr.StaticModule(torch.jit.script(model))
+    for x in (*inputs, inputs[0]):
+        with torch.no_grad():
+            expected = model(x)
+        for _ in range(2):
+            torch.testing.assert_close(mod(x), expected)
+    check(model, [inputs[0]], [inputs[1]])
+
+
+def test_chain_folds_every_batch_norm_and_equals_eager():
+    model = Chain().eval()
+    mod = sr.StaticModule(torch.jit.script(model))
+    assert not any("batch_norm" in n.kind for n in mod.graph.walk()
+                   if n.owning_block is mod.graph.block)
+    g = torch.Generator().manual_seed(8)
+    for rows in (1, 5, 1):
+        x = torch.randn(rows, 16, generator=g)
+        for _ in range(2):
+            torch.testing.assert_close(mod(x), model(x))
