@@ -9,6 +9,7 @@ from static_runtime.frontend import FrontendError
 from static_runtime.fuse import fuse_to_static_runtime
 from static_runtime.ops.registry import Tier, UnsupportedOperatorError
 from static_runtime.runtime.binding import ArgumentError
+from static_runtime.runtime.checks import OutVariantWarning
 from static_runtime.runtime.metrics import IndividualMetrics
 from static_runtime.runtime.module import StaticModule, StaticRuntime, prepare
 from static_runtime.runtime.options import StaticModuleOptions
@@ -18,5 +19,5 @@ __all__ = [
     "ArgumentError", "FrontendError", "IndividualMetrics", "StaticModule",
     "StaticModuleOptions", "StaticRuntime", "Tier", "UnsupportedOperatorError", "prepare",
 ]
-__all__ += ["PreparedFileError", "UnsaveableValueError", "fuse_to_static_runtime", "load"]
+__all__ += ["OutVariantWarning", "PreparedFileError", "UnsaveableValueError", "fuse_to_static_runtime", "load"]
 __version__ = "0.1.0"

@@ -64,6 +64,9 @@ class ArenaLayout:
     #: managed outputs, laid end to end in the output arena (they outlive the call)
     outputs: tuple[TensorSpec, ...] = ()
     output_bytes: int = 0
+    #: planned from a run on real data, whose out variants were checked as it went
+    #: (``runtime/checks.py``); False for a layout planned on meta tensors
+    checked: bool = True
 
     @property
     def arena_bytes(self) -> int:
@@ -108,7 +111,7 @@ def _aliases_any(t: torch.Tensor, others: Sequence[Any]) -> bool:
 
 def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observation],
                  *, planner: str = "best", alignment: int = DEFAULT_ALIGNMENT,
-                 unplanned_bytes: int = 0) -> ArenaLayout:
+                 unplanned_bytes: int = 0, checked: bool = True) -> ArenaLayout:
     """Plan the arena for the values observed in one recording run."""
     requests: list[TensorRequest] = []
     names: dict[str, int] = {}
@@ -142,7 +145,7 @@ def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observ
         nbytes = math.prod(obs.shape) * _element_size(obs.dtype)
         outputs.append(TensorSpec(slot, v.name, obs.dtype, obs.shape, offset, nbytes))
         offset += align(nbytes, alignment)
-    return ArenaLayout(plan, specs, frozenset(unmanaged), tuple(outputs), offset)
+    return ArenaLayout(plan, specs, frozenset(unmanaged), tuple(outputs), offset, checked)
 
 
 def _element_size(dtype: torch.dtype) -> int:

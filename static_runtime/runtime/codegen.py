@@ -835,7 +835,8 @@ class CodegenExecutor(Interpreter):
                     return outputs
                 return self.finish(outputs, inputs)
         self.prepare(inputs)
-        if self._recording:
+        if self._recording or self._verifying:
+            # (recording: the value array is observed; verifying: out variants checked)
             return self._run_reference(inputs)
         fast = self._fast or self._bind()
         try:

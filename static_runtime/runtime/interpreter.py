@@ -27,6 +27,7 @@ from static_runtime.memory.arena import (
 from static_runtime.memory.cache import LayoutCache, signature
 from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.planner import DEFAULT_ALIGNMENT
+from static_runtime.runtime.checks import OutVariantChecks
 from static_runtime.runtime.futures import fork
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
 
@@ -46,6 +47,8 @@ class MemoryConfig:
     layouts: LayoutCache
     planner: str
     verify: bool
+    #: out variants checked before the arena path serves them (None: trusted)
+    checks: OutVariantChecks | None = None
 
 
 class Interpreter:
@@ -66,6 +69,10 @@ class Interpreter:
         self.outputs_released = True
         self._key: tuple | None = None
         self._recording = False
+        #: this call is the first real one of a layout planned without a recording run:
+        #: out variants are checked as it goes (``runtime/checks.py``)
+        self._verifying = False
+        self._checks = memory.checks if memory is not None else None
         self._managed = plan.managed_slots + plan.output_slots
 
     # -- one call
@@ -103,6 +110,9 @@ class Interpreter:
         plan = self.plan
         for i in plan.copied_outputs:
             outputs[i] = copy_containers(outputs[i])
+        if self._verifying:
+            self._checks.mark_checked(self.layout)
+            self._verifying = False
         if self._recording:
             self._finish_recording(inputs)
         elif self.layout is not None and self.layout.outputs:
@@ -156,9 +166,12 @@ class Interpreter:
         layout = self.memory.layouts.get(key)
         if layout is not None:
             self.install(layout)
+            self._verifying = self._checks is not None and not self._checks.layout_checked(
+                layout)
             return
         # A signature never seen: this call allocates, and its sizes make the plan.
         self._recording = True
+        self._verifying = False
         self.layout = None
         for s in self._managed:
             self.values[s] = None
@@ -167,11 +180,15 @@ class Interpreter:
     def _finish_recording(self, inputs: list[Any]) -> None:
         self.install(self.record_layout(inputs))
 
-    def record_layout(self, inputs: list[Any]) -> ArenaLayout:
-        """Plan the arena from the values a recording call left, and cache the layout."""
+    def record_layout(self, inputs: list[Any], *, checked: bool = True) -> ArenaLayout:
+        """Plan the arena from the values a recording call left, and cache the layout.
+        ``checked``: the call checked the out variants of the nodes it ran (a real call)."""
         memory, values = self.memory, self.values
+        refused = self._checks.refused_slots if self._checks is not None else frozenset()
         observed = {}
         for s in self._managed:
+            if s in refused:
+                continue  # runs functionally: allocated each call
             obs = observe(values[s], inputs)
             if obs is not None:
                 observed[s] = obs
@@ -186,7 +203,8 @@ class Interpreter:
                     seen.add(storage.data_ptr())
                     unplanned += storage.nbytes()
         layout = build_layout(memory.lifetimes, self.plan.slot_of, observed,
-                              planner=memory.planner, unplanned_bytes=unplanned)
+                              planner=memory.planner, unplanned_bytes=unplanned,
+                              checked=checked)
         if memory.verify:
             layout.plan.verify()
         memory.layouts.put(self._key, layout)
@@ -205,9 +223,10 @@ class Interpreter:
                 self.output_arena = allocate_arena(layout.output_bytes)
                 self._output_baseline = _storage_use_count(self.output_arena)
             tensors.update(materialize(layout.outputs, self.output_arena))
+        refused = self._checks.refused_slots if self._checks is not None else frozenset()
         for s in self._managed:
-            self.values[s] = tensors.get(s)
-        self.unkept = set(layout.unmanaged)
+            self.values[s] = tensors.get(s) if s not in refused else None
+        self.unkept = set(layout.unmanaged) | refused
         self.layout = layout
         self._recording = False
 
@@ -244,7 +263,16 @@ class Interpreter:
             out = values[pn.outputs[0]]
             if out is None:
                 # Recording, or not in the arena for this signature: allocate.
-                values[pn.outputs[0]] = pn.fn(*args)
+                if self._recording and self._checks is not None:
+                    values[pn.outputs[0]] = self._checks.recorded(pn, args)
+                else:
+                    values[pn.outputs[0]] = pn.fn(*args)
+                return
+            if self._verifying:
+                result, in_arena = self._checks.verify(pn, args, out)
+                if not in_arena:
+                    self.unkept.add(pn.outputs[0])
+                values[pn.outputs[0]] = result
                 return
             try:
                 pn.out_fn(out, *args)

@@ -31,6 +31,7 @@ from static_runtime.passes.pipeline import run_passes
 from static_runtime.runtime import metrics
 from static_runtime.runtime.ahead import plan_ahead
 from static_runtime.runtime.binding import make_binder
+from static_runtime.runtime.checks import OutVariantChecks
 from static_runtime.runtime.codegen import CodeCache, CodegenExecutor
 from static_runtime.runtime.futures import check_launcher, using_launcher
 from static_runtime.runtime.interpreter import Interpreter, MemoryConfig
@@ -106,8 +107,12 @@ class StaticModule:
                                 specialize=self.options.specialize_signature,
                                 hoist=self.options.hoist_views,
                                 maxsize=self.options.plan_cache_size)
+        #: verdicts on out variants (``runtime/checks.py``), None when trusted
+        self.out_variant_checks = OutVariantChecks() if (
+            manage and self.options.check_out_variants) else None
         self._memory = MemoryConfig(self.lifetimes, self.layouts, self.options.memory_planner,
-                                    self.options.verify_memory_plans) if manage else None
+                                    self.options.verify_memory_plans,
+                                    self.out_variant_checks) if manage else None
         self.binder = make_binder(self.graph)
         #: rebuilds the user's output structure from the graph's flat outputs (an exported
         #: program returning a tuple, list or dict), or None: one output returned as is
@@ -268,10 +273,23 @@ class StaticModule:
             if callable(status):
                 label += f" — {status()}"
             kept = " [managed]" if pn.managed else ""
+            refusal = self._refusal(pn)
+            if refusal is not None:
+                kept = f" [runs functionally: out variant refused, {refusal.reason}]"
             lines.append(f"{pn.node.schema_name() or pn.kind:40s} {tier:12s} {label}{kept}{where}")
         counts = ", ".join(f"{n} {t}" for t, n in self.tier_counts().items())
         lines.append(f"tiers: {counts}")
+        checks = self.out_variant_checks
+        if checks is not None and checks.refused:
+            lines.append(f"out variants refused ({len(checks.refused)}), run functionally:")
+            lines.extend(f"  {r}" for r in checks.refused.values())
         return "\n".join(lines)
+
+    def _refusal(self, pn):
+        checks = self.out_variant_checks
+        if checks is None or not pn.managed:
+            return None
+        return checks.refused.get(pn.outputs[0])
 
     def __repr__(self) -> str:
         counts = ", ".join(f"{n} {t}" for t, n in self.tier_counts().items())

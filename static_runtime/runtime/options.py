@@ -71,6 +71,10 @@ class StaticModuleOptions:
     verify_passes: bool = False
     #: Verify every memory plan (no two live tensors share bytes) when it is made.
     verify_memory_plans: bool = False
+    #: Check each out variant against its functional form the first time it would write
+    #: the arena (per node and its arguments' dtypes and ranks); one that disagrees runs
+    #: functionally, with an ``OutVariantWarning`` (``runtime/checks.py``). Off: trusted.
+    check_out_variants: bool = True
     #: How many arena layouts (one per input signature: shapes, dtypes) a module keeps.
     plan_cache_size: int = 8
     #: "best" (the smaller arena of the two), "greedy_by_size" or "storage_groups".
