@@ -1,7 +1,10 @@
-"""The built-in example models (``static_runtime.models``) against the TorchScript interpreter.
+"""The built-in example models (``static_runtime.models``) against the TorchScript interpreter
+and against eager PyTorch.
 
 Every model is scripted and run through the differential ``check`` with two batch sizes
-(the second input set differs in shape), and saved with ``torch.jit.save`` and loaded back
+(the second input set differs in shape); each is also run beside the eager ``nn.Module`` it
+was scripted from, call for call (frozen TorchScript has numerics folds that are wrong on
+some graphs, so the interpreter alone is not oracle enough); and saved with ``torch.jit.save`` and loaded back
 through ``StaticModule(path)``. ``nn.TransformerEncoderLayer`` gets its own cases: PyTorch's
 C++ Static Runtime refuses it, ours must run it, with and without a padding mask, against
 both interpreter paths (the slow one with autograd on, the fused fast path without).
@@ -60,6 +63,27 @@ def test_example_inputs_refuse_bad_batch():
 def test_model_matches_interpreter(name):
     spec = MODELS[name]
     check(_scripted(spec), spec.example_inputs(2), spec.example_inputs(5, seed=1))
+
+
+@pytest.mark.parametrize("options", ["default", "fused"])
+@pytest.mark.parametrize("name", NAMES)
+def test_model_matches_eager(name, options):
+    """Ours beside the eager model it was scripted from, the same calls in the same order
+    (models with state — attributes the forward writes — evolve alike): two batch sizes,
+    each called twice, then the first again."""
+    from differential import OPTION_SETS
+
+    spec = MODELS[name]
+    eager = spec.build()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = sr.StaticModule(_scripted(spec), options=OPTION_SETS[options])
+    calls = [spec.example_inputs(2), spec.example_inputs(2), spec.example_inputs(5, seed=1),
+             spec.example_inputs(5, seed=1), spec.example_inputs(2, seed=2)]
+    for k, inputs in enumerate(calls):
+        with torch.no_grad():
+            expected = eager(*inputs)
+        assert_same(mod(*inputs), expected, f"{name} call {k} vs eager", rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", NAMES)
