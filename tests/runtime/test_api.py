@@ -392,3 +392,30 @@ def test_out_variants_off_with_variadic_pass_on():
     mod = sr.StaticModule(fn, options=sr.StaticModuleOptions(enable_out_variant=False))
     a, b = torch.randn(2), torch.randn(3)
     assert_same(mod(a, b), fn(a, b))
+
+
+class _WritesItsArguments(torch.nn.Module):
+    """In-place updates of arguments, and a training-mode batch norm updating the running
+    statistics it is given: the model's own writes."""
+
+    def forward(self, x, mean, var, y):
+        x.add_(1)
+        torch.relu_(y)
+        return torch.nn.functional.batch_norm(x, mean, var, training=True) * 2 + y
+
+
+def test_inputs_written_exactly_where_the_model_writes_them():
+    """The README's rule: as under TorchScript, a graph that writes an argument writes it;
+    nothing the runtime adds writes one."""
+    scripted = torch.jit.script(_WritesItsArguments())
+    mod = sr.StaticModule(torch.jit.script(_WritesItsArguments()))
+    g = torch.Generator().manual_seed(0)
+    for rows in (8, 8, 3):
+        args = [torch.randn(rows, 4, generator=g), torch.zeros(4), torch.ones(4),
+                torch.randn(rows, 4, generator=g)]
+        theirs = [a.clone() for a in args]
+        expected = scripted(*theirs)
+        torch.testing.assert_close(mod(*args), expected)
+        for ours, ts in zip(args, theirs):
+            torch.testing.assert_close(ours, ts)  # written alike: x, y and the statistics
+        assert not torch.equal(args[1], torch.zeros(4))
