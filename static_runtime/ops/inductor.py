@@ -14,9 +14,10 @@ Compilation goes through Inductor's on-disk caches (``TORCHINDUCTOR_CACHE_DIR``,
 shapes, strides and dtypes, the C++ kernel cache each kernel's source; a second process
 compiling the same region builds nothing. Nothing compiled is ever read from a file of ours.
 
-A compiled callable is specialised to its inputs' shapes, strides and dtypes: it checks
-sizes and strides itself (``assert_size_stride``, an ``AssertionError``; every empty tensor
-passes) but not dtypes. Its kernels also keep the OpenMP thread count torch had when they
+A compiled callable is specialised to its inputs' shapes, strides and dtypes — the example
+inputs' own strides, a slice's or an expanded tensor's too (the copies traced keep them). It
+checks sizes and strides itself (``assert_size_stride``, an ``AssertionError``; every empty
+tensor passes) but not dtypes. Its kernels also keep the OpenMP thread count torch had when they
 were compiled, so a cache of compiled callables keys on ``torch.get_num_threads()`` too.
 """
 
@@ -97,7 +98,7 @@ def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any], *,
             from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
             with torch.inference_mode(False), torch.no_grad():
-                inputs = [x.detach().clone() if isinstance(x, torch.Tensor) else x
+                inputs = [_copy_layout(x) if isinstance(x, torch.Tensor) else x
                           for x in example_inputs]
                 traced = make_fx(fn, decomposition_table=select_decomp_table())(*inputs)
                 # Inductor's FX graph cache keys shapes through the tracing context's
@@ -122,6 +123,21 @@ def compile_graph(fn: Callable[..., Any], example_inputs: Sequence[Any], *,
         raise CompileRefused("Inductor returned no callable (its result type changed)")
     source = getattr(compiled, "source_code", "") or ""
     return Compiled(call, source, time.perf_counter() - start)
+
+
+def _copy_layout(x: torch.Tensor) -> torch.Tensor:
+    """A copy of ``x`` (a normal tensor, not an inference one) with its sizes and strides.
+
+    The compiled code asserts its inputs have the strides it was compiled for, so it must be
+    compiled for those the real inputs have: ``clone()`` keeps the strides of a dense tensor
+    only, and gives a slice (``x[..., :16]``) or an expanded tensor dense ones — code the
+    real input then fails. So the memory ``x`` spans is copied whole and viewed as ``x`` is
+    (overlaps of an expanded tensor included), at storage offset 0."""
+    if x.numel() == 0:
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
+    span = 1 + sum((n - 1) * s for n, s in zip(x.shape, x.stride()))
+    memory = x.detach().as_strided((span,), (1,)).clone()
+    return memory.as_strided(x.shape, x.stride())
 
 
 def _first_line(e: BaseException) -> str:

@@ -173,3 +173,139 @@ def test_a_cast_to_a_device_inside_a_region():
     (region,) = [n for n in mod.graph.walk() if n.kind == FUSED_REGION]
     assert "aten::to" in [n.kind for n in region.attrs["subgraph"].block.nodes]
     assert "compiled for 2 signature(s)" in mod.describe()
+
+
+# -- the option never raises where the operators would not
+
+
+def _strided_inputs(x: torch.Tensor, y: torch.Tensor):
+    a = x[:, :4]  # a slice: not dense
+    e = y.expand(x.shape[0], 4)  # stride 0
+    kept = torch.cat([a, e])  # reads both outside the region: the region gets them as inputs
+    return torch.sigmoid(torch.tanh(a * e) + a).exp(), kept
+
+
+def test_a_region_is_compiled_for_the_strides_of_a_slice_and_an_expanded_tensor():
+    # Compiled once for dense copies of them, the code asserted dense strides and the
+    # real inputs failed it (an AssertionError from a LLaMA decoder's rotary embedding)
+    g = torch.Generator().manual_seed(3)
+    first = (torch.randn(3, 8, generator=g), torch.randn(4, generator=g))
+    second = (torch.randn(6, 10, generator=g), torch.randn(4, generator=g))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RegionWarning)
+        mods = check(_strided_inputs, first, second, options=FUSED)
+    for mod in mods.values():
+        (region,) = [n for n in mod.graph.walk() if n.kind == FUSED_REGION]
+        assert {v.node.kind for v in region.inputs} == {"aten::slice", "aten::expand"}
+        assert "compiled for 2 signature(s)" in mod.describe()
+        assert "unfused" not in mod.describe()
+
+
+def _fake_compiler(monkeypatch, behave):
+    """Regions compile to ``behave(n, run, args)`` (``n``: calls so far, ``run``: the
+    region's operators), in place of Inductor's code."""
+    from static_runtime.ops.native import region
+
+    calls = []
+
+    def compile_graph(fn, example_inputs):
+        def call(args):
+            calls.append(1)
+            return behave(len(calls), fn, list(args))
+
+        return inductor.Compiled(call, "", 0.0)
+
+    monkeypatch.setattr(region, "compile_graph", compile_graph)
+    return calls
+
+
+def _chain(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(torch.tanh(x * y) + x).exp()
+
+
+def _fused(fn) -> sr.StaticModule:
+    return sr.StaticModule(torch.jit.script(fn),
+                           options=sr.StaticModuleOptions(fusion_compiler="inductor"))
+
+
+def test_compiled_code_that_raises_when_first_run_warns_and_runs_unfused(monkeypatch):
+    def behave(n, run, args):
+        raise RuntimeError("the compiler got it wrong")
+
+    calls = _fake_compiler(monkeypatch, behave)
+    mod = _fused(_chain)
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    with pytest.warns(RegionWarning, match=r"fused region %\S+ .*float32\[2, 3\].*"
+                                           r"raised RuntimeError: the compiler got it wrong"):
+        torch.testing.assert_close(mod(x, y), _chain(x, y))
+    assert "unfused for 1" in mod.describe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RegionWarning)
+        torch.testing.assert_close(mod(x, y), _chain(x, y))
+    assert len(calls) == 1  # not tried again
+
+
+def test_compiled_code_that_raises_on_a_later_call_warns_and_runs_unfused(monkeypatch):
+    # Inductor's code asserts the sizes and strides of its inputs (a signature change) but
+    # also, say, of buffers inside it: an AssertionError on a signature it has served
+    failing = []
+
+    def behave(n, run, args):
+        if failing:
+            raise AssertionError("expected size 2==2, stride 32==16 at dim=1")
+        return run(*args)
+
+    calls = _fake_compiler(monkeypatch, behave)
+    mod = _fused(_chain)
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RegionWarning)
+        for _ in range(2):
+            torch.testing.assert_close(mod(x, y), _chain(x, y))
+    failing.append(True)
+    with pytest.warns(RegionWarning, match=r"raised AssertionError: expected size 2==2"):
+        torch.testing.assert_close(mod(x, y), _chain(x, y))
+    tried = len(calls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RegionWarning)
+        torch.testing.assert_close(mod(x, y), _chain(x, y))
+    assert len(calls) == tried  # the signature's code is not tried again
+    assert "compiled for 0 signature(s), unfused for 1" in mod.describe()
+
+
+def test_compiled_code_returning_other_results_is_not_used(monkeypatch):
+    def behave(n, run, args):
+        return tuple(t + 1e-3 for t in run(*args))
+
+    _fake_compiler(monkeypatch, behave)
+    mod = _fused(_chain)
+    x, y = torch.randn(2, 3), torch.randn(2, 3)
+    with pytest.warns(RegionWarning, match=r"result 0 is not the operators' \(Greatest abs"):
+        torch.testing.assert_close(mod(x, y), _chain(x, y))
+    torch.testing.assert_close(mod(x, y), _chain(x, y))
+
+
+def _floor_div(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.abs(torch.div(x * 3 + 1, y, rounding_mode="floor") - x) * 2 + 1
+
+
+def test_the_operators_own_errors_propagate_and_the_code_keeps_serving(monkeypatch):
+    # integer division by zero: the operators raise, on the signature's sizes and dtypes
+    def behave(n, run, args):
+        if not args[1].all():
+            raise RuntimeError("the compiled code's own error")
+        return run(*args)
+
+    calls = _fake_compiler(monkeypatch, behave)
+    mod = _fused(_floor_div)
+    x = torch.arange(6).reshape(2, 3)
+    good, zero = torch.full((2, 3), 2), torch.tensor([[1, 0, 2], [3, 4, 5]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RegionWarning)
+        assert torch.equal(mod(x, good), _floor_div(x, good))
+        with pytest.raises(RuntimeError, match="ZeroDivisionError") as raised:
+            mod(x, zero)
+        assert "in fused region" in "".join(getattr(raised.value, "__notes__", ()))
+        assert torch.equal(mod(x, good), _floor_div(x, good))
+    assert "compiled for 1 signature(s)" in mod.describe() and "unfused" not in mod.describe()
+    assert len(calls) >= 4

@@ -20,13 +20,19 @@ that share memory, would break the alias analysis's model of the node (fresh res
 the first run of each signature checks that, and a region whose compiled code does it runs
 unfused.
 
-When Inductor refuses a signature (no C++ compiler, an operator it cannot lower), or the
+A new signature runs the operators unfused once before it is compiled, so that arguments
+they refuse raise the operator's own error, with a note naming it; then the compiled code
+runs on the same arguments and serves only if it returns what they did (``assert_close``).
+
+The option never raises where the operators would not:
+when Inductor refuses a signature (no C++ compiler, an operator it cannot lower), when the
 region computes float16/bfloat16 tensors (Inductor computes those in float32 and rounds
 once, the operators round after each one: results differ by more than ``assert_close``
-allows), a warning names the region and the reason, and that signature runs the region's
-operators one by one (``torch.ops``) from then on. A new signature runs them unfused once
-before it is compiled, so that arguments the operators refuse raise the operator's own
-error, with a note naming it.
+allows), when the compiled code raises or returns other results on its first run, or
+raises on a later call where the operators, run on the same arguments, do not, a
+``RegionWarning`` names the region, the signature and the reason, and that signature runs
+the region's operators one by one (``torch.ops``) from then on. Where the operators raise
+too, the arguments are at fault, and the operators' error propagates.
 """
 
 from __future__ import annotations
@@ -94,12 +100,27 @@ class RegionKernel:
             else:
                 try:
                     out = call(args[:])  # call() empties the list it gets
-                except AssertionError:  # sizes or strides not those it was compiled for
-                    pass
+                except Exception:  # noqa: BLE001, S110
+                    pass  # sizes or strides not those compiled for, or the code failing: _run
                 else:
                     return out[0] if len(out) == 1 else out
-        out = self._for_signature(args)(args[:])
+        out = self._run(args)
         return out[0] if len(out) == 1 else out
+
+    def _run(self, args: list) -> tuple:
+        key, call = self._for_signature(args)
+        if call is self._unfused:
+            return call(args)
+        try:
+            return call(args[:])
+        except Exception as e:  # noqa: BLE001 — the operators decide whose error it is
+            error = e
+        # The signature's code ran once before (when compiled) on these sizes, strides and
+        # dtypes. If the operators raise too, the arguments are at fault: their error, with
+        # its note, propagates from here. If not, the compiled code is, and it serves no more.
+        out = self._unfused(args)
+        self._demote(key, call, f"the compiled code raised {_error(error)}")
+        return out
 
     def _scalar(self, x: Any) -> torch.Tensor:
         """A number read at run time as the 0-dim tensor the compiled code takes; kept (the
@@ -110,11 +131,11 @@ class RegionKernel:
         self._scalars[(type(x), x)] = t
         return t
 
-    def _for_signature(self, args: list) -> Any:
-        """The compiled call for the signature of ``args``, compiling it the first time; or
+    def _for_signature(self, args: list) -> tuple[tuple | None, Any]:
+        """The signature of ``args`` and its compiled call, compiling it the first time; or
         the unfused operators, for a signature Inductor refused, and for empty tensors."""
         if any(isinstance(a, torch.Tensor) and a.numel() == 0 for a in args):
-            return self._unfused  # nothing to gain, and Inductor's kernels are not for it
+            return None, self._unfused  # nothing to gain, and Inductor's kernels are not for it
         # Inductor's kernels run as many OpenMP threads as torch had when they were compiled
         threads = _threads()
         key = (threads,) + tuple((tuple(a.shape), a.stride(), a.dtype)
@@ -125,17 +146,20 @@ class RegionKernel:
                 # that do not broadcast...) raise their own error here, naming the
                 # operator, and nothing is compiled or remembered for them.
                 dtypes: list[torch.dtype] = []
-                self._observed(dtypes.append)(*args)
-                self._kernels[key] = self._compile(key, args, dtypes)
+                expected = self._observed(dtypes.append)(*args)
+                self._kernels[key] = self._compile(key, args, dtypes, expected)
             call = self._kernels[key]
             if call is None:
-                return self._unfused
+                return key, self._unfused
             self._last = (threads, tuple((i, a.dtype) for i, a in enumerate(args)
                                          if isinstance(a, torch.Tensor)), call)
-        return call
+        return key, call
 
-    def _compile(self, key: tuple, args: list, dtypes: list[torch.dtype]) -> Any:
-        """``dtypes``: those of every result of the region's operators, seen running them."""
+    def _compile(self, key: tuple, args: list, dtypes: list[torch.dtype],
+                 expected: tuple) -> Any:
+        """``dtypes``: those of every result of the region's operators, seen running them on
+        ``args``; ``expected``: the region's results they computed. The compiled code runs
+        once on ``args`` and serves only if it neither raises nor returns other results."""
         reduced = next((d for d in dtypes if d in _REDUCED), None)
         if reduced is not None:
             self._refuse(key, f"a {reduced} tensor: Inductor computes in float32 and rounds "
@@ -147,8 +171,12 @@ class RegionKernel:
             self._refuse(key, str(e))
             return None
         self.compile_seconds += compiled.seconds
-        out = compiled.call(list(args))
-        reason = _aliasing(args, out)
+        try:
+            out = compiled.call(list(args))
+        except Exception as e:  # noqa: BLE001 — the operators ran on these arguments
+            self._refuse(key, f"the compiled code raised {_error(e)}")
+            return None
+        reason = _aliasing(args, out) or _differs(out, expected)
         if reason is not None:
             self._refuse(key, reason)
             return None
@@ -158,6 +186,16 @@ class RegionKernel:
         self.refusals[key] = reason
         warnings.warn(f"fused region {self.name} runs unfused for inputs {_show(key)}: "
                       f"{reason}", RegionWarning, stacklevel=4)
+
+    def _demote(self, key: tuple, call: Any, reason: str) -> None:
+        """The signature ``key``, compiled as ``call``, runs unfused from now on."""
+        with self._lock:
+            if self._kernels.get(key) is not call:
+                return  # another thread did it
+            self._kernels[key] = None
+            if self._last is not None and self._last[2] is call:
+                self._last = None
+            self._refuse(key, reason)
 
     def _unfused(self, args: list) -> tuple:
         return self._annotated(*args)
@@ -258,11 +296,43 @@ def _aliasing(args: tuple, out: tuple) -> str | None:
     return None
 
 
+def _differs(out: tuple, expected: tuple) -> str | None:
+    """Why the compiled code's results are not the operators' (``assert_close``), or None."""
+    for j, (o, e) in enumerate(zip(out, expected)):
+        try:
+            torch.testing.assert_close(o, e, equal_nan=True)
+        except AssertionError as err:
+            lines = [x.strip() for x in str(err).splitlines() if x.strip()]
+            detail = "; ".join(x for x in lines if x.startswith(("Greatest", "The values")))
+            return f"result {j} is not the operators' ({detail or lines[0]})"
+    if len(out) != len(expected):
+        return f"the compiled code returns {len(out)} results, the operators {len(expected)}"
+    return None
+
+
+def _error(e: BaseException) -> str:
+    lines = [x for x in str(e).splitlines() if x.strip()]
+    return f"{type(e).__name__}: {' '.join(lines[:2])[:300]}" if lines else type(e).__name__
+
+
 def _show(key: tuple) -> str:
+    """The signature as dtypes and shapes, with the strides of tensors not contiguous."""
     key = key[1:]  # the thread count
-    return "(" + ", ".join(
-        f"{str(k[2]).removeprefix('torch.')}{list(k[0])}" if isinstance(k, tuple)
-        else k.__name__ for k in key) + ")"
+    return "(" + ", ".join(_show_one(k) for k in key) + ")"
+
+
+def _show_one(k: Any) -> str:
+    if not isinstance(k, tuple):
+        return k.__name__
+    shape, stride, dtype = k
+    text = f"{str(dtype).removeprefix('torch.')}{list(shape)}"
+    dense, step = [], 1
+    for n in reversed(shape):
+        dense.insert(0, step)
+        step *= max(n, 1)
+    if any(n > 1 and s != d for n, s, d in zip(shape, stride, dense)):
+        text += f" strides {tuple(stride)}"
+    return text
 
 
 @register_native("static_runtime::fused_region")
