@@ -39,11 +39,12 @@ Protocol, one process, one thread:
    TorchScript and the C++ runtime. Python's garbage collector stays on, as in a server.
 
 For ours the JSON also has: distinct signatures in the trace, the layout cache's hits and
-misses over the replays, how many times code was generated (``codegen.generate`` is wrapped
-by a counting probe; what it returns is unchanged) and the seconds it took, and the memory
-plan of the largest size (arena bytes against the lower bound).
+misses over the replays, how many times a signature was specialised
+(``Specializer.specialize``) and code generated and compiled (``codegen.generate``) and the
+seconds each took (both wrapped by a counting probe, ``CodegenProbe``; what they return is
+unchanged), and the memory plan of the largest size (arena bytes against the lower bound).
 
-    python benchmarks/traffic.py                        # all workloads, ~8 minutes on 2 cores
+    python benchmarks/traffic.py                        # all workloads, ~4 minutes on 2 cores
     python benchmarks/traffic.py --quick --workloads text
     python benchmarks/traffic.py --workloads recsys --peers torchscript,static_runtime
 
@@ -358,37 +359,54 @@ def make_peers(w: Workload, include: tuple[str, ...], plan_cache_size: int | Non
 
 
 class CodegenProbe:
-    """Counts calls of ``static_runtime.runtime.codegen.generate`` (and their seconds) per
-    execution plan, by wrapping the module function for the duration; results unchanged."""
+    """Counts, per execution plan, the calls of ``codegen.generate`` (Python source made and
+    compiled) and of ``Specializer.specialize`` (the signature's facts derived by running the
+    graph's operators on meta tensors), and their seconds, by wrapping both for the
+    duration; what they return is unchanged."""
 
     def __init__(self):
-        self.calls: dict[int, int] = {}
-        self.seconds: dict[int, float] = {}
+        self.calls: dict[tuple[str, int], int] = {}
+        self.seconds: dict[tuple[str, int], float] = {}
 
-    def __enter__(self):
-        from static_runtime.runtime import codegen
-
-        self._module, self._original = codegen, codegen.generate
-        original = self._original
-
-        def counted(plan, *args, **kwargs):
+    def _counted(self, what: str, original: Callable[..., Any],
+                 plan_of: Callable[[Any], Any]) -> Callable[..., Any]:
+        def counted(first, *args, **kwargs):
             start = time.perf_counter()
             try:
-                return original(plan, *args, **kwargs)
+                return original(first, *args, **kwargs)
             finally:
-                self.calls[id(plan)] = self.calls.get(id(plan), 0) + 1
-                self.seconds[id(plan)] = (self.seconds.get(id(plan), 0.0)
-                                          + time.perf_counter() - start)
+                key = (what, id(plan_of(first)))
+                self.calls[key] = self.calls.get(key, 0) + 1
+                self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
 
-        codegen.generate = counted
+        return counted
+
+    def __enter__(self):
+        from static_runtime.runtime import codegen, specialize
+
+        self._generate = codegen.generate
+        self._specialize = specialize.Specializer.specialize
+        codegen.generate = self._counted("generate", self._generate, lambda plan: plan)
+        specialize.Specializer.specialize = self._counted(
+            "specialize", self._specialize, lambda specializer: specializer.plan)
         return self
 
     def __exit__(self, *exc):
-        self._module.generate = self._original
+        from static_runtime.runtime import codegen, specialize
+
+        codegen.generate = self._generate
+        specialize.Specializer.specialize = self._specialize
         return False
 
-    def of(self, mod: Any) -> tuple[int, float]:
-        return self.calls.get(id(mod.plan), 0), self.seconds.get(id(mod.plan), 0.0)
+    def of(self, mod: Any) -> dict[str, float]:
+        """Calls and seconds so far for ``mod``: ``generate``, ``generate_s``, ``specialize``,
+        ``specialize_s``."""
+        out: dict[str, float] = {}
+        for what in ("generate", "specialize"):
+            key = (what, id(mod.plan))
+            out[what] = self.calls.get(key, 0)
+            out[f"{what}_s"] = self.seconds.get(key, 0.0)
+        return out
 
 
 def _check_sizes(w: Workload) -> list:
@@ -501,7 +519,7 @@ def run_workload(w: Workload, include: tuple[str, ...], requests: int, repeats: 
         check_outputs(w, peers, model)
         log("  new sizes …")
         fresh = new_size_costs(w, peers, trace)
-        before = {p.name: (p.module.layouts.hits, p.module.layouts.misses, *probe.of(p.module))
+        before = {p.name: (p.module.layouts.hits, p.module.layouts.misses, probe.of(p.module))
                   for p in peers if p.module is not None}
         log(f"  replay × {repeats} …")
         samples = replay(w, peers, trace, repeats, chunk)
@@ -518,10 +536,11 @@ def run_workload(w: Workload, include: tuple[str, ...], requests: int, repeats: 
                     entry[f"{key}_us"] = statistics.median(s[key] for s in per)
                 entry["new_size"] = fresh[p.name]
             if p.module is not None:
-                hits0, misses0, gen0, sec0 = before[p.name]
-                gen1, sec1 = probe.of(p.module)
-                entry["ours"] = _ours_figures(w, p, distinct[-1], hits0, misses0,
-                                              gen1 - gen0, sec1 - sec0, gen1, repeats)
+                hits0, misses0, counts0 = before[p.name]
+                counts = probe.of(p.module)
+                entry["ours"] = _ours_figures(w, p, distinct[-1], hits0, misses0, repeats)
+                entry["ours"].update({f"{k}_replays": v - counts0[k] for k, v in counts.items()})
+                entry["ours"].update({f"{k}_total": v for k, v in counts.items()})
             result["peers"][p.name] = entry
     best = [result["peers"][n]["mean_us"] for n in ("torchscript", "pytorch_static_runtime")
             if "mean_us" in result["peers"].get(n, {})]
@@ -533,14 +552,12 @@ def run_workload(w: Workload, include: tuple[str, ...], requests: int, repeats: 
 
 
 def _ours_figures(w: Workload, p: Peer, largest: Any, hits0: int, misses0: int,
-                  generated: int, seconds: float, generated_total: int, repeats: int) -> dict:
-    """Our counters over the replays, and the memory plan after two calls of the largest
-    size (the arena against the lower bound of that size)."""
+                  repeats: int) -> dict:
+    """The layout cache's hits and misses over the replays (and their untimed first chunk),
+    and the memory plan after two calls of the largest size (arena against lower bound)."""
     mod = p.module
     figures = {"layout_hits": mod.layouts.hits - hits0,
-               "layout_misses": mod.layouts.misses - misses0,
-               "codegen_calls": generated, "codegen_seconds": seconds,
-               "codegen_calls_total": generated_total, "replays": repeats}
+               "layout_misses": mod.layouts.misses - misses0, "replays": repeats}
     x = w.inputs(largest)
     p.fn(*x)
     p.fn(*x)
@@ -586,9 +603,10 @@ def print_workload(console: Any, name: str, result: dict) -> None:
                  f"{o['lower_bound_bytes'] / 1024:.0f} KiB at the largest size"
                  if "arena_bytes" in o else o.get("memory_plan", ""))
         console.print(f"  {SHORT[peer]}: over {o['replays']} replays layout cache "
-                      f"{o['layout_hits']} hits / {o['layout_misses']} misses, code generated "
-                      f"{o['codegen_calls']}× ({o['codegen_seconds']:.1f} s; "
-                      f"{o['codegen_calls_total']}× in all); {arena}")
+                      f"{o['layout_hits']} hits / {o['layout_misses']} misses; specialised "
+                      f"{o['specialize_replays']}× ({o['specialize_s_replays']:.1f} s), code "
+                      f"generated {o['generate_replays']}× ({o['generate_s_replays']:.1f} s) "
+                      f"[{o['specialize_total']}× / {o['generate_total']}× in all]; {arena}")
     for peer, e in result["peers"].items():
         for d in e.get("disagreements", []):
             console.print(f"  [red]{SHORT[peer]} differs from eager[/]: {d}")
