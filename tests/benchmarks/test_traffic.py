@@ -15,6 +15,7 @@ from benchmarks.traffic import (
     batch_sizes,
     image_sizes,
     percentile,
+    size_ratios,
     summary,
     text_lengths,
 )
@@ -56,3 +57,11 @@ def test_percentile_and_summary():
     assert percentile([], 50) != percentile([], 50)  # nan
     s = summary([1.0, 2.0, 3.0, 10.0])
     assert s["mean"] == 4.0 and s["p50"] == 2.5
+
+
+def test_size_ratios_take_out_the_size_mix():
+    trace = [8, 256, 8, 256]
+    replays = [[1.0, 10.0, 1.0, 10.0], [1.0, 10.0, 2.0, 10.0]]
+    ratios = size_ratios(trace, replays)
+    assert ratios[0] == [1.0, 1.0, 1.0, 1.0]
+    assert ratios[1] == [1.0, 1.0, 2.0, 1.0]
