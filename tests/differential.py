@@ -26,8 +26,12 @@ import static_runtime as sr
 #: verifying every memory plan), a minimal pipeline on the reference interpreter (no
 #: passes, no out variants, no arena), so both executors and both paths are exercised, and
 #: the defaults with fused regions compiled by Inductor.
+#: "default" specialises each signature's code on its first call from the arena
+#: (``specialize_after=0``), so the few calls of a case run the specialised code; "fused"
+#: keeps the real default, under which they run the shared generic code (a signature is
+#: specialised only once hot: ``runtime/hot.py``). Both kinds of code are checked.
 OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
-    "default": sr.StaticModuleOptions(verify_memory_plans=True),
+    "default": sr.StaticModuleOptions(verify_memory_plans=True, specialize_after=0),
     "plain": sr.StaticModuleOptions(
         executor="interpreter", fast_bindings=False,
         enable_out_variant=False, optimize_memory=False, constant_propagation=False,

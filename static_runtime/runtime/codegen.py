@@ -44,6 +44,7 @@ from static_runtime.ops.registry import Const as InlineConst
 from static_runtime.ops.registry import Tier, inline_call
 from static_runtime.runtime.futures import fork
 from static_runtime.runtime.hoist import Hoister, Hoisting, HoistRefused, check_hoisted
+from static_runtime.runtime.hot import BackgroundBuilder, HotSignatures
 from static_runtime.runtime.interpreter import (
     Interpreter,
     MemoryConfig,
@@ -727,10 +728,15 @@ def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str,
 class CodeCache:
     """Generated code per (layout, values kept out of the arena, and, when specialised, input
     signature), shared by a module's runtimes; the least recently used of more than
-    ``maxsize`` entries is dropped (runtimes keep the functions they hold)."""
+    ``maxsize`` entries is dropped (runtimes keep the functions they hold).
+
+    With ``specialize_after`` (and specialisation on), code specialised on a signature is
+    made only once the signature is hot (``runtime/hot.py``), on a background thread; until
+    then the *generic* code serves it — one function per set of arena values, shared by
+    every layout and size, folding nothing a size decides (``generic``)."""
 
     def __init__(self, plan: ExecutionPlan, title: str, *, specialize: bool = False,
-                 hoist: bool = False, maxsize: int | None = None):
+                 hoist: bool = False, maxsize: int | None = None, specialize_after: int = 0):
         import threading
 
         self.plan = plan
@@ -738,6 +744,13 @@ class CodeCache:
         self.maxsize = maxsize
         #: specialises code on the input signature its guard checks (None: off)
         self.specializer = Specializer(plan) if specialize else None
+        #: which signatures are hot enough for code of their own (None: every signature gets
+        #: its code on its first call from the arena, as it waits)
+        self.hot = HotSignatures(specialize_after) if specialize and specialize_after else None
+        self.builder = BackgroundBuilder("static_runtime-specialize")
+        self._generic: dict[tuple, GeneratedCode] = {}
+        #: how many functions were generated (generic and specialised), for benchmarks
+        self.generated = 0
         #: takes views of arena tensors once per layout (None: off)
         self.hoister = Hoister(plan) if hoist else None
         #: nodes a factory found not to give views of their arena tensor (``HoistRefused``)
@@ -754,8 +767,11 @@ class CodeCache:
             return None
         with self._lock:
             spec = self._specs.get(key)
-            if spec is None:
-                spec = self._specs[key] = self.specializer.specialize(key)
+        if spec is None:
+            # (outside the lock: a background build must not hold up the request path)
+            spec = self.specializer.specialize(key)
+        with self._lock:
+            spec = self._specs.setdefault(key, spec)
             self._specs.move_to_end(key)
             while self.maxsize is not None and len(self._specs) > self.maxsize:
                 self._specs.popitem(last=False)
@@ -772,23 +788,65 @@ class CodeCache:
         with self._lock:
             self.not_views = self.not_views | {node}
 
+    def _cache_key(self, arena_slots: frozenset[int], layout_id: int | None,
+                   guard: tuple[bool | tuple[str, int], ...] | None, key: tuple | None
+                   ) -> tuple:
+        specialized = self.specializer is not None and guard is not None and key is not None
+        return (layout_id, arena_slots, guard, key if specialized else None, self.not_views)
+
     def get(self, arena_slots: frozenset[int], layout_id: int | None,
             guard: tuple[bool | tuple[str, int], ...] | None = None, key: tuple | None = None) -> GeneratedCode:
-        specialized = self.specializer is not None and guard is not None and key is not None
-        not_views = self.not_views
-        cache_key = (layout_id, arena_slots, guard, key if specialized else None, not_views)
-        spec = self.spec_for(guard, key)
+        cache_key = self._cache_key(arena_slots, layout_id, guard, key)
         with self._lock:
             code = self._items.get(cache_key)
-            if code is None:
-                code = generate(self.plan, arena_slots, self.title, guard, spec=spec,
-                                hoisting=self.hoisting_for(arena_slots, spec))
-                self._items[cache_key] = code
-            self._items.move_to_end(cache_key)
-            while self.maxsize is not None and len(self._items) > self.maxsize:
-                self._items.popitem(last=False)
+            if code is not None:
+                self._items.move_to_end(cache_key)
+        if code is None:
+            # Specialised and generated outside the lock (a background build holds it for
+            # tens of milliseconds otherwise); two threads may both make it: one is kept.
+            spec = self.spec_for(guard, key)
+            made = generate(self.plan, arena_slots, self.title, guard, spec=spec,
+                            hoisting=self.hoisting_for(arena_slots, spec))
+            with self._lock:
+                self.generated += 1
+                code = self._items.setdefault(cache_key, made)
+                self._items.move_to_end(cache_key)
+                while self.maxsize is not None and len(self._items) > self.maxsize:
+                    self._items.popitem(last=False)
         self.latest = code
         return code
+
+    def generic(self, arena_slots: frozenset[int]) -> GeneratedCode:
+        """The code for any signature with these values in the arena: no guard, nothing a
+        size decides folded, no views taken ahead (the arena tensors' shapes are the
+        layout's, whichever it is)."""
+        with self._lock:
+            code = self._generic.get(arena_slots)
+        if code is None:
+            made = generate(self.plan, arena_slots, self.title)
+            with self._lock:
+                self.generated += 1
+                code = self._generic.setdefault(arena_slots, made)
+        self.latest = code
+        return code
+
+    def ready(self, arena_slots: frozenset[int], layout_id: int | None,
+              guard: tuple[bool | tuple[str, int], ...], key: tuple) -> bool:
+        """Whether the specialised code for this signature and layout exists."""
+        cache_key = self._cache_key(arena_slots, layout_id, guard, key)
+        with self._lock:
+            return cache_key in self._items
+
+    def note_call(self, arena_slots: frozenset[int], layout_id: int | None,
+                  guard: tuple[bool | tuple[str, int], ...], key: tuple) -> bool:
+        """Count a call the generic code served for ``key``; once the signature is hot, have
+        its own code built in the background. Whether that code is ready."""
+        if self.ready(arena_slots, layout_id, guard, key):
+            return True
+        if self.hot is not None and self.hot.note(key):
+            cache_key = self._cache_key(arena_slots, layout_id, guard, key)
+            self.builder.submit(cache_key, lambda: self.get(arena_slots, layout_id, guard, key))
+        return False
 
 
 class CodegenExecutor(Interpreter):
@@ -802,6 +860,9 @@ class CodegenExecutor(Interpreter):
         self._code: GeneratedCode | None = None
         self._direct = False
         self._plain_outputs = False
+        #: (arena slots, layout id, guard, key) of the signature the generic code serves
+        #: until its own is ready (None: the bound code is the signature's own)
+        self._pending: tuple | None = None
         #: specialising although memory is not planned per signature (so ``prepare`` keeps
         #: no key): the executor keeps the signature itself
         self._own_key = codes.specializer is not None and not (
@@ -838,6 +899,9 @@ class CodegenExecutor(Interpreter):
         if self._recording or self._verifying:
             # (recording: the value array is observed; verifying: out variants checked)
             return self._run_reference(inputs)
+        if (self._pending is not None and self._fast is not None
+                and self.codes.note_call(*self._pending)):
+            self._fast = None  # the signature's own code is ready: bind it
         fast = self._fast or self._bind()
         try:
             outputs = fast(*inputs)
@@ -914,6 +978,17 @@ class CodegenExecutor(Interpreter):
         arena = self._arena_slots()
         layout_id = id(self.layout) if self.layout is not None else None
         guard = self._guard()
+        codes = self.codes
+        self._pending = None
+        if (guard is not None and codes.hot is not None and self._key is not None
+                and not self._own_key and not codes.ready(arena, layout_id, guard, self._key)):
+            # A signature not (yet) hot: the shared generic code serves it.
+            self._pending = (arena, layout_id, guard, self._key)
+            codes.note_call(*self._pending)
+            self._fast = self._instantiate(lambda: codes.generic(arena))
+            self._direct = False
+            self._plain_outputs = False
+            return self._fast
         guarded = guard is not None
         self._fast = self._instantiate(
             lambda: self.codes.get(arena, layout_id, guard, self._key))

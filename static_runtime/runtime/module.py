@@ -106,7 +106,8 @@ class StaticModule:
         self._codes = CodeCache(self.plan, _describe_model(model),
                                 specialize=self.options.specialize_signature,
                                 hoist=self.options.hoist_views,
-                                maxsize=self.options.plan_cache_size)
+                                maxsize=self.options.plan_cache_size,
+                                specialize_after=self.options.specialize_after)
         #: verdicts on out variants (``runtime/checks.py``), None when trusted
         self.out_variant_checks = OutVariantChecks() if (
             manage and self.options.check_out_variants) else None

@@ -77,6 +77,12 @@ class StaticModuleOptions:
     check_out_variants: bool = True
     #: How many arena layouts (one per input signature: shapes, dtypes) a module keeps.
     plan_cache_size: int = 8
+    #: With ``specialize_signature``: a signature gets code specialised on it once it made
+    #: this many of the last 64 calls, built on a background thread; until then (and for a
+    #: stream of many sizes, always) one generic function per set of arena values serves
+    #: every size (``runtime/hot.py``). 0: each signature's code is specialised on its first
+    #: call from the arena, while that call waits.
+    specialize_after: int = 8
     #: "best" (the smaller arena of the two), "greedy_by_size" or "storage_groups".
     memory_planner: str = "best"
     #: Freeze TorchScript modules before import (the seed's freezing pass).
@@ -116,6 +122,9 @@ class StaticModuleOptions:
                                 f"got {type(value).__name__}")
         if self.plan_cache_size < 1:
             raise ValueError("StaticModuleOptions.plan_cache_size must be at least 1")
+        if self.specialize_after < 0:
+            raise ValueError("StaticModuleOptions.specialize_after must be 0 (specialise at "
+                             f"once) or a number of calls, got {self.specialize_after}")
         if self.max_runtimes < 0:
             raise ValueError("StaticModuleOptions.max_runtimes must be 0 (no bound) or "
                              f"positive, got {self.max_runtimes}")

@@ -153,7 +153,8 @@ def f(x: torch.Tensor, m: torch.Tensor):
     z = torch.exp(x[m > 0])
     return torch.sigmoid(y).sum() + torch.sigmoid(z).sum()
 """
-    mod = sr.StaticModule(script(src), options=VERIFY)
+    mod = sr.StaticModule(script(src), options=sr.StaticModuleOptions(
+        verify_memory_plans=True, specialize_after=0))  # the code specialised at once
     managed = [pn for pn in mod.plan.nodes() if pn.managed]
     kinds = [pn.kind for pn in managed]
     assert kinds.count("aten::exp") == 1 and "aten::sigmoid" in kinds

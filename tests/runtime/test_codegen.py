@@ -124,7 +124,7 @@ def test_generated_code_checks_the_signature_and_hands_back_on_change():
 def f(x: torch.Tensor):
     return torch.tanh(torch.exp(x) * 2)
 """
-    mod = sr.StaticModule(script(src))
+    mod = sr.StaticModule(script(src), options=sr.StaticModuleOptions(specialize_after=0))
     rt = mod.runtime()
     for x in (torch.randn(3), torch.randn(3), torch.randn(5), torch.randn(3),
               torch.randn(3, dtype=torch.float64), torch.randn(5)):

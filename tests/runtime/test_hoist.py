@@ -16,7 +16,9 @@ import static_runtime as sr
 from static_runtime.runtime.codegen import SignatureChanged
 from static_runtime.runtime.hoist import HoistRefused, check_hoisted
 
-OFF = sr.StaticModuleOptions(hoist_views=False)
+#: specialised code on a signature's first call from the arena (what these tests look at)
+AT_ONCE = sr.StaticModuleOptions(specialize_after=0)
+OFF = sr.StaticModuleOptions(specialize_after=0, hoist_views=False)
 
 
 def _code(mod: sr.StaticModule, *inputs) -> tuple[str, str]:
@@ -114,7 +116,7 @@ def test_a_refused_arena_write_retakes_the_views_for_that_call():
 
     s = script(f)
     four, six = torch.tensor([4.0, 3.0]), torch.tensor([6.0, 5.0])
-    mod = sr.StaticModule(s)
+    mod = sr.StaticModule(s, options=AT_ONCE)
     rt = mod.runtime()
     torch.testing.assert_close(rt(four), s(four))
     torch.testing.assert_close(rt(four), s(four))

@@ -18,7 +18,9 @@ import static_runtime as sr
 from static_runtime.models import MODELS
 from static_runtime.runtime.codegen import generate
 
-OFF = sr.StaticModuleOptions(specialize_signature=False)
+#: specialised code on a signature's first call from the arena (what these tests look at)
+AT_ONCE = sr.StaticModuleOptions(specialize_after=0)
+OFF = sr.StaticModuleOptions(specialize_after=0, specialize_signature=False)
 
 
 def _code_for(mod: sr.StaticModule, *inputs) -> str:
@@ -163,16 +165,16 @@ def test_option_off_generates_the_unspecialised_code():
     interp = rt._interp
     plain = generate(off.plan, interp._arena_slots(), off._codes.title, interp._guard())
     assert plain.source.split("\n", 1)[1] == code.split("\n", 1)[1]
-    on = sr.StaticModule(fn)
+    on = sr.StaticModule(fn, options=AT_ONCE)
     assert "Specialised" in _code_for(on, x2)
     with pytest.raises(TypeError, match="specialize_signature"):
-        sr.StaticModuleOptions(specialize_signature=1)
+        sr.StaticModuleOptions(specialize_after=0, specialize_signature=1)
 
 
 def test_interpreter_executor_ignores_the_option():
     x2, x3 = torch.randn(3, 4), torch.randn(2, 3, 5)
-    opts = {"interpreter": sr.StaticModuleOptions(executor="interpreter"),
-            "interpreter_off": sr.StaticModuleOptions(executor="interpreter",
+    opts = {"interpreter": sr.StaticModuleOptions(specialize_after=0, executor="interpreter"),
+            "interpreter_off": sr.StaticModuleOptions(specialize_after=0, executor="interpreter",
                                                       specialize_signature=False)}
     check(_rank_branch, [x2], [x3], options=opts)
 
@@ -185,7 +187,7 @@ def _no_arena(x: Tensor, k: int) -> Tensor:
 
 def test_module_without_planned_memory_still_specialises():
     x2, x3 = torch.randn(3, 4), torch.randn(2, 3, 5)
-    opts = {**OPTION_SETS, "no_memory": sr.StaticModuleOptions(optimize_memory=False)}
+    opts = {**OPTION_SETS, "no_memory": sr.StaticModuleOptions(specialize_after=0, optimize_memory=False)}
     mod = check(_no_arena, [x2, 1], [x3, 2], options=opts)["no_memory"]
     body = _run_lines(_code_for(mod, x3, 1))
     assert ".dim()" not in body and "mean" not in body, body
@@ -204,7 +206,7 @@ def _mutates_metadata(x: Tensor, xs: list[Tensor]) -> Tensor:
 def test_writes_that_change_facts_keep_them_unfolded():
     x = torch.randn(3)
     check(_mutates_metadata, [x, [x]], [torch.randn(2, 2), [x, x]])
-    mod = sr.StaticModule(script(_mutates_metadata))
+    mod = sr.StaticModule(script(_mutates_metadata), options=AT_ONCE)
     code = _run_lines(_code_for(mod, x, [x]))
     # The input list is appended to: its length after that is not the key's.
     assert "len(" in code, code
@@ -243,7 +245,7 @@ class _OptionalInput(torch.nn.Module):
         return z + x
 
 
-@pytest.mark.parametrize("options", [sr.StaticModuleOptions(), OFF], ids=["on", "off"])
+@pytest.mark.parametrize("options", [sr.StaticModuleOptions(specialize_after=0), OFF], ids=["on", "off"])
 def test_optional_tensor_input_switching_to_none(options):
     model = _OptionalInput().eval()
     y = torch.randn(2, 3)
@@ -269,7 +271,7 @@ def test_sizes_of_intermediates_are_folded():
     s = script(f)
     for x in (torch.randn(2, 5, 8), torch.randn(3, 7, 8)):
         check(s, [x, w])
-    mod = sr.StaticModule(s)
+    mod = sr.StaticModule(s, options=AT_ONCE)
     code = _run_lines(_code_for(mod, torch.randn(2, 5, 8), w))
     assert ".size(" not in code and "_f_size" not in code
     assert "2, 5, 4, -1" in code and "2, -1" in code
@@ -293,7 +295,7 @@ def test_values_computed_from_sizes_fold_through_tensors():
     s = torch.jit.script(M().eval())
     for x in (torch.randn(2, 5), torch.randn(3, 9)):
         check(s, [x])
-    mod = sr.StaticModule(s)
+    mod = sr.StaticModule(s, options=AT_ONCE)
     code = _run_lines(_code_for(mod, torch.randn(2, 5)))
     assert "NumToTensor" not in code and "_f_Int" not in code
 
@@ -306,7 +308,7 @@ def test_meta_shape_fact_keeps_a_view_that_raises_on_real_strides():
         return x.view(-1).size(0)
 
     s = script(f)
-    mod = sr.StaticModule(s)
+    mod = sr.StaticModule(s, options=AT_ONCE)
     assert mod(torch.randn(3, 4)) == 12
     bad = torch.randn(4, 3).t()
     with pytest.raises(RuntimeError, match="view size is not compatible"):
@@ -333,7 +335,7 @@ def test_tensors_the_signature_fixes_become_constants_of_the_code():
     s = torch.jit.script(M().eval())
     for x in (torch.randn(2, 5, 4), torch.randn(3, 9, 4)):
         check(s, [x])
-    mod = sr.StaticModule(s)
+    mod = sr.StaticModule(s, options=AT_ONCE)
     code = _run_lines(_code_for(mod, torch.randn(2, 5, 4)))
     assert "embedding" not in code and "_k_" in code
 
@@ -356,7 +358,7 @@ def test_signature_fixed_tensors_that_are_written_or_returned_stay_per_call():
     s = torch.jit.script(M().eval())
     for x in (torch.randn(5), torch.randn(7)):
         check(s, [x])
-    mod = sr.StaticModule(s)
+    mod = sr.StaticModule(s, options=AT_ONCE)
     x = torch.randn(5)
     p1, _ = mod(x)
     with torch.inference_mode():

@@ -1,0 +1,90 @@
+"""Which input signatures are hot: specialised code is built only for those, off the
+request path.
+
+Code specialised on an input signature folds what the signature fixes (sizes, the branches
+they decide, shape lists), which pays on every call of that signature — but making it costs
+a run over the graph on meta tensors and a code generation, tens of milliseconds on a small
+transformer. Traffic of every size (a text service sees a new length almost every call)
+would pay that on most calls and gain little. So a signature gets its own code only once it
+is *hot* — it made at least ``threshold`` of the last ``window`` calls — and that code is
+built on a background thread while the shared, size-generic code keeps serving; the next
+call of the signature after it is ready takes it. A model called at one shape is hot after
+``threshold`` calls; a stream of many sizes never makes any of them hot.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import Counter, deque
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
+
+#: How many recent calls the counts are over.
+WINDOW = 64
+
+
+class HotSignatures:
+    """Counts of signatures over the last ``window`` calls (thread-safe)."""
+
+    def __init__(self, threshold: int, window: int = WINDOW):
+        if threshold < 1:
+            raise ValueError("a signature is hot after at least one call")
+        self.threshold = threshold
+        self.window = window
+        self._recent: deque[Hashable] = deque()
+        self._counts: Counter[Hashable] = Counter()
+        self._lock = threading.Lock()
+
+    def note(self, key: Hashable) -> bool:
+        """Count one call with signature ``key``; whether ``key`` is now hot."""
+        with self._lock:
+            self._recent.append(key)
+            self._counts[key] += 1
+            if len(self._recent) > self.window:
+                old = self._recent.popleft()
+                self._counts[old] -= 1
+                if not self._counts[old]:
+                    del self._counts[old]
+            return self._counts[key] >= self.threshold
+
+
+class BackgroundBuilder:
+    """Runs builds one at a time on a thread of its own; a build asked for while the same one
+    is queued or running is not queued again. A build that raises is reported once as a
+    ``RuntimeWarning`` (the caller goes on with what it has)."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: set[Hashable] = set()
+        self._lock = threading.Lock()
+        self.failures: dict[Hashable, str] = {}
+
+    def submit(self, key: Hashable, build: Callable[[], object]) -> None:
+        with self._lock:
+            if key in self._pending or key in self.failures:
+                return
+            self._pending.add(key)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix=self._name)
+        self._pool.submit(self._run, key, build)
+
+    def _run(self, key: Hashable, build: Callable[[], object]) -> None:
+        try:
+            build()
+        except Exception as e:  # reported, and the generic code goes on serving
+            self.failures[key] = f"{type(e).__name__}: {e}"
+            warnings.warn(f"static_runtime: building specialised code failed ({e}); the "
+                          "generic code goes on serving that signature", RuntimeWarning,
+                          stacklevel=1)
+        finally:
+            with self._lock:
+                self._pending.discard(key)
+
+    def wait(self) -> None:
+        """Block until every build asked for so far has finished (tests, benchmarks)."""
+        with self._lock:
+            pool = self._pool
+        if pool is not None:
+            pool.submit(lambda: None).result()

@@ -1,0 +1,127 @@
+"""Code specialised per signature only for hot signatures, built off the request path
+(``runtime/hot.py``); every other size is served by one generic function."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from differential import _snapshot, script
+
+import static_runtime as sr
+from static_runtime.runtime.hot import BackgroundBuilder, HotSignatures
+
+SRC = """
+def f(x: torch.Tensor, w: torch.Tensor):
+    h = torch.relu(torch.matmul(x, w))
+    n = h.size(0)
+    return (h.view(n, -1) * 2 + 1).sum(1)
+"""
+
+
+def eager(x, w):
+    h = torch.relu(x @ w)
+    return (h.view(h.size(0), -1) * 2 + 1).sum(1)
+
+
+def test_hot_after_threshold_calls_in_the_window():
+    hot = HotSignatures(threshold=3, window=5)
+    assert [hot.note("a") for _ in range(3)] == [False, False, True]
+    for k in "bcde":  # "a" falls out of the last five calls
+        hot.note(k)
+    assert not hot.note("a")
+    with pytest.raises(ValueError):
+        HotSignatures(0)
+
+
+def test_one_shape_gets_its_own_code_off_the_request_path():
+    mod = sr.StaticModule(script(SRC), options=sr.StaticModuleOptions(specialize_after=3))
+    x, w = torch.randn(4, 6), torch.randn(6, 5)
+    outs = []
+    for _ in range(4):
+        outs.append(mod(x, w))
+    mod._codes.builder.wait()
+    for _ in range(3):
+        outs.append(mod(x, w))
+    assert "Specialised on its input signature" in mod.code
+    for out in outs:
+        torch.testing.assert_close(out, eager(x, w))
+
+
+def test_many_sizes_share_one_generic_function():
+    """Forty sizes, each called twice: one recording call per size (the arena is planned
+    per size), then the generic code; no size becomes hot, so nothing is specialised and
+    no code is generated per size."""
+    mod = sr.StaticModule(script(SRC), options=sr.StaticModuleOptions(plan_cache_size=64))
+    w = torch.randn(6, 5)
+    held = []
+    for rows in range(1, 41):
+        x = torch.randn(rows, 6)
+        before = _snapshot(x)
+        for _ in range(2):
+            out = mod(x, w)
+            torch.testing.assert_close(out, eager(x, w))
+            held.append((out, _snapshot(out)))
+        torch.testing.assert_close(x, before)
+    mod._codes.builder.wait()
+    assert mod._codes.generated == 1
+    assert "Specialised" not in mod.code
+    for out, snap in held:
+        torch.testing.assert_close(out, snap)
+
+
+def test_at_once_specialises_every_signature_on_its_first_arena_call():
+    mod = sr.StaticModule(script(SRC), options=sr.StaticModuleOptions(specialize_after=0))
+    w = torch.randn(6, 5)
+    for rows in (2, 3):
+        x = torch.randn(rows, 6)
+        mod(x, w)
+        torch.testing.assert_close(mod(x, w), eager(x, w))
+        assert "Specialised on its input signature" in mod.code
+    assert mod._codes.generated == 2
+
+
+def test_a_build_that_fails_is_reported_and_the_caller_goes_on():
+    builder = BackgroundBuilder("test")
+
+    def broken():
+        raise RuntimeError("no luck")
+
+    with pytest.warns(RuntimeWarning, match="no luck"):
+        builder.submit("k", broken)
+        builder.wait()
+    assert builder.failures == {"k": "RuntimeError: no luck"}
+    builder.submit("k", broken)  # not tried again
+    builder.wait()
+
+
+def test_specialize_after_must_not_be_negative():
+    with pytest.raises(ValueError, match="specialize_after"):
+        sr.StaticModuleOptions(specialize_after=-1)
+
+
+def test_threads_share_the_generic_and_the_specialised_code():
+    import threading
+
+    mod = sr.StaticModule(script(SRC), options=sr.StaticModuleOptions(specialize_after=2))
+    w = torch.randn(6, 5)
+    errors = []
+
+    def worker(seed):
+        g = torch.Generator().manual_seed(seed)
+        try:
+            for k in range(30):
+                x = torch.randn(1 + (k * seed) % 5, 6, generator=g)
+                torch.testing.assert_close(mod(x, w), eager(x, w))
+        except Exception as e:  # noqa: BLE001  (collected, asserted below)
+            errors.append(e)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        threads = [threading.Thread(target=worker, args=(s,)) for s in (1, 2, 3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors
