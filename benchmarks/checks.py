@@ -81,8 +81,9 @@ def main(models: str, zoo: bool, repeats: int) -> None:
                 for check in (True, False):
                     *t, mods[check] = _first_calls(make, inputs, other, check)
                     cells[check].append(t)
-            steady = median_us({"on": lambda: mods[True](*inputs),
-                                "off": lambda: mods[False](*inputs)}, repeats=9, calls=30)
+            on, off = mods[True], mods[False]
+            steady = median_us({"on": lambda: on(*inputs), "off": lambda: off(*inputs)},  # noqa: B023
+                               repeats=9, calls=30)
         med = {c: [statistics.median(x[i] for x in cells[c]) for i in range(3)]
                for c in cells}
         first = med[True][0] / med[False][0]

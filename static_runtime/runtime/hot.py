@@ -73,7 +73,7 @@ class BackgroundBuilder:
     def _run(self, key: Hashable, build: Callable[[], object]) -> None:
         try:
             build()
-        except Exception as e:  # reported, and the generic code goes on serving
+        except Exception as e:  # noqa: BLE001  (reported; the generic code goes on serving)
             self.failures[key] = f"{type(e).__name__}: {e}"
             warnings.warn(f"static_runtime: building specialised code failed ({e}); the "
                           "generic code goes on serving that signature", RuntimeWarning,
