@@ -68,3 +68,20 @@ def _sig(x: Any) -> Hashable:
     if isinstance(x, dict):
         return (dict, tuple((k, _sig(v)) for k, v in x.items()))
     return type(x)
+
+
+def structure(key: tuple) -> tuple:
+    """A signature (``signature``) with each tensor's shape reduced to its rank: what stays
+    the same across sizes."""
+    return tuple(_structure(k) for k in key)
+
+
+def _structure(k: Any) -> Hashable:
+    if isinstance(k, tuple) and len(k) >= 2 and isinstance(k[0], torch.dtype) \
+            and isinstance(k[1], torch.Size):
+        return (k[0], len(k[1]), *k[2:])
+    if isinstance(k, tuple) and len(k) == 2 and k[0] in (list, tuple):
+        return (k[0], tuple(_structure(e) for e in k[1]))
+    if isinstance(k, tuple) and len(k) == 2 and k[0] is dict:
+        return (dict, tuple((name, _structure(v)) for name, v in k[1]))
+    return k

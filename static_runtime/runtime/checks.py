@@ -74,6 +74,7 @@ class OutVariantChecks:
         self._random: dict[Any, bool] = {}
         #: layouts planned without a recording run whose first real call checked them
         self._checked_layouts: dict[int, weakref.ref] = {}
+        self._managed_nodes: list[tuple[ProcessedNode, bool]] | None = None
 
     # -- what is still to check
 
@@ -92,6 +93,20 @@ class OutVariantChecks:
     def mark_checked(self, layout: Any) -> None:
         with self._lock:
             self._checked_layouts[id(layout)] = weakref.ref(layout)
+
+    def all_checked(self, plan: Any, values: list[Any]) -> bool:
+        """After a call that stored every value into ``values`` without checking (a
+        recording through generated code): whether each managed node it ran met arguments
+        its out variant was checked for. Nodes inside loops may have met others on earlier
+        iterations than the last one ``values`` holds: those count as unchecked."""
+        if self._managed_nodes is None:
+            self._managed_nodes = _managed_nodes(plan)
+        for pn, in_loop in self._managed_nodes:
+            if values[pn.outputs[0]] is None:
+                continue  # not run (a branch not taken)
+            if in_loop or self.pending(pn, [values[i] for i in pn.inputs]) is not None:
+                return False
+        return True
 
     def pending(self, pn: ProcessedNode, args: list[Any]) -> tuple | None:
         """The argument key still to check for this node, or None."""
@@ -304,3 +319,18 @@ def _describe(a: Any) -> str:
 def _tensor_str(t: torch.Tensor) -> str:
     dtype = str(t.dtype).removeprefix("torch.")
     return f"{dtype}{list(t.shape)}"
+
+
+def _managed_nodes(plan: Any) -> list[tuple[ProcessedNode, bool]]:
+    """The plan's managed nodes, each with whether it sits inside a loop."""
+    found: list[tuple[ProcessedNode, bool]] = []
+
+    def walk(block: Any, in_loop: bool) -> None:
+        for pn in block.nodes:
+            if pn.managed:
+                found.append((pn, in_loop))
+            for sub in pn.blocks:
+                walk(sub, in_loop or pn.kind == "prim::Loop")
+
+    walk(plan.block, False)
+    return found

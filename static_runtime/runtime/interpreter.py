@@ -10,7 +10,7 @@ thread-safe.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -24,7 +24,7 @@ from static_runtime.memory.arena import (
     observe,
     owning_view,
 )
-from static_runtime.memory.cache import LayoutCache, signature
+from static_runtime.memory.cache import LayoutCache, signature, structure
 from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.planner import DEFAULT_ALIGNMENT
 from static_runtime.runtime.checks import OutVariantChecks
@@ -49,6 +49,9 @@ class MemoryConfig:
     verify: bool
     #: out variants checked before the arena path serves them (None: trusted)
     checks: OutVariantChecks | None = None
+    #: signature structures (``memory.cache.structure``) a reference recording call has
+    #: run: a new size of one of them may record through generated code
+    structures: set = field(default_factory=set)
 
 
 class Interpreter:
@@ -69,6 +72,9 @@ class Interpreter:
         self.outputs_released = True
         self._key: tuple | None = None
         self._recording = False
+        #: whether the recording call under way checked every out variant it reached (the
+        #: reference interpreter does; generated code only looks afterwards)
+        self._record_checked = True
         #: this call is the first real one of a layout planned without a recording run:
         #: out variants are checked as it goes (``runtime/checks.py``)
         self._verifying = False
@@ -178,7 +184,13 @@ class Interpreter:
         self.unkept = set(self._managed)
 
     def _finish_recording(self, inputs: list[Any]) -> None:
-        self.install(self.record_layout(inputs))
+        checked = self._record_checked
+        layout = self.record_layout(inputs, checked=checked)
+        self.install(layout)
+        if checked:
+            self.memory.structures.add(structure(self._key))
+        else:
+            self._verifying = True  # its first call from the arena checks the out variants
 
     def record_layout(self, inputs: list[Any], *, checked: bool = True) -> ArenaLayout:
         """Plan the arena from the values a recording call left, and cache the layout.

@@ -63,8 +63,13 @@ def _raises(x, out):
     raise RuntimeError("this out kernel is broken")
 
 
+def _wrong_for_matrices(x, out):
+    (_wrong if x.dim() == 2 else _right)(x, out)
+
+
 for _name, _kernel in [("right", _right), ("untouched", _untouched), ("partial", _partial),
-                       ("wrong", _wrong), ("raises", _raises)]:
+                       ("wrong", _wrong), ("raises", _raises),
+                       ("wrong_for_matrices", _wrong_for_matrices)]:
     _define(_name, _kernel)
 
 
@@ -245,3 +250,30 @@ def test_argument_key_ignores_sizes_not_dtypes_ranks_or_layout():
     assert argument_key([a]) != argument_key([a.view(6)])
     assert argument_key([b]) != argument_key([b.t()])
     assert argument_key([a, 1]) != argument_key([a, 1.0])
+
+
+def test_a_new_size_that_brings_a_new_rank_is_checked():
+    """``squeeze(0)`` makes the operator's argument a vector for one row and a matrix for
+    more, under the same input signature structure. A new size records through generated
+    code, which checks nothing as it goes: afterwards every managed node's arguments are
+    looked at, and an argument kind never checked makes the next call a checking one."""
+
+    def f(x):
+        return torch.ops.sr_checks.wrong_for_matrices(x.squeeze(0)).relu() + 1
+
+    def expect(x):
+        return (x.squeeze(0) * 2 + 1).relu() + 1
+
+    row, rows = inputs(1, 5), inputs(3, 5, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = sr.StaticModule(torch.jit.trace(f, row))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sr.OutVariantWarning)
+        for _ in range(2):
+            torch.testing.assert_close(mod(row), expect(row))  # vectors: the kernel is right
+    torch.testing.assert_close(mod(rows), expect(rows))  # recorded by generated code
+    with pytest.warns(sr.OutVariantWarning, match=r"float32\[3, 5\]"):
+        torch.testing.assert_close(mod(rows), expect(rows))  # checked before it serves
+    for a in (rows, row, rows):
+        torch.testing.assert_close(mod(a), expect(a))
