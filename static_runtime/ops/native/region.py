@@ -7,8 +7,9 @@ run as many OpenMP threads as there were when they were compiled) — and the co
 kept per signature.
 A call tries the last compiled code first: it checks sizes and strides itself (an
 ``AssertionError`` from ``assert_size_stride``) and we check dtypes and that no tensor is
-empty (``assert_size_stride`` passes every empty tensor), so a steady state pays almost
-nothing for the lookup. Empty tensors run the operators unfused. Numbers known only at run time reach the compiled code as 0-dim
+empty (``assert_size_stride`` passes every empty tensor) or lazily conjugated or negated
+(those are materialised first: the compiled code ignores the bits), so a steady state pays
+almost nothing for the lookup. Empty tensors run the operators unfused. Numbers known only at run time reach the compiled code as 0-dim
 tensors (int64, float64 or bool); in the traced graph each use is the operator's
 tensor-taking overload (``mul.Scalar`` → ``mul.Tensor``), with a float cast to the default
 dtype where every tensor operand is integral, which is the dtype ``tensor * 0.5`` has — so
@@ -94,8 +95,10 @@ class RegionKernel:
             _, dtypes, call = last
             for i, d in dtypes:
                 a = args[i]
-                # (assert_size_stride passes any empty tensor: those never take this path)
-                if a.dtype is not d or not a.numel():
+                # (assert_size_stride passes any empty tensor: those never take this path;
+                # nor do tensors with a conjugate or negative bit, see _resolved)
+                if a.dtype is not d or not a.numel() or a.is_neg() or \
+                        (d.is_complex and a.is_conj()):
                     break
             else:
                 try:
@@ -104,7 +107,7 @@ class RegionKernel:
                     pass  # sizes or strides not those compiled for, or the code failing: _run
                 else:
                     return out[0] if len(out) == 1 else out
-        out = self._run(args)
+        out = self._run(_resolved(args))
         return out[0] if len(out) == 1 else out
 
     def _run(self, args: list) -> tuple:
@@ -281,6 +284,16 @@ class RegionKernel:
         if self.refusals:
             text += f", unfused for {len(self.refusals)} ({next(iter(self.refusals.values()))})"
         return text
+
+
+def _resolved(args: list) -> list:
+    """``args`` with every lazily conjugated or negated tensor (``x.conj()``, the ``imag`` of
+    one) materialised. Inductor's code reads a tensor's memory as it is and ignores those
+    bits: a conjugate one makes it raise (``view_as_real``), a negated one gives the wrong
+    sign."""
+    if not any(isinstance(a, torch.Tensor) and (a.is_conj() or a.is_neg()) for a in args):
+        return args
+    return [a.resolve_conj().resolve_neg() if isinstance(a, torch.Tensor) else a for a in args]
 
 
 def _aliasing(args: tuple, out: tuple) -> str | None:
