@@ -17,7 +17,7 @@ from tools.opdb.cases import (
     replicate,
 )
 from tools.opdb.check import CALLS, Status, check_case
-from tools.opdb.runner import ListSink, read_lines, run_all, run_opinfo
+from tools.opdb.runner import ListSink, read_lines, run_all, run_opinfo, static_module
 
 _DB = {full_name(op): op for op in op_db()}
 
@@ -57,6 +57,28 @@ def test_opinfo_subset(name: str) -> None:
     assert not failures, "\n".join(failures)
     for option in ("default", "fused"):
         assert any(r["status"] == "pass" and r["option"] == option for r in cases), cases
+
+
+#: Element-wise ops followed by element-wise ops: with the fused option Inductor compiles the
+#: op itself (a cold compile takes seconds, so these are few, one sample each).
+CHAINED = ["add", "sigmoid", "where"]
+
+
+@pytest.mark.parametrize("name", CHAINED)
+def test_opinfo_chained_into_a_fused_region(name: str) -> None:
+    torch.set_num_threads(1)
+    sink, built = ListSink(), []
+
+    def make_ours(oracle, options):
+        built.append(static_module(oracle, options))
+        return built[-1]
+    run_opinfo(_DB[name], ["default", "fused"], 1, sink, make_ours=make_ours,
+               variants=["chained"])
+    cases = [r for r in sink.records if r["option"] != "*"]
+    assert [r["status"] for r in cases] == ["pass", "pass"], cases
+    # default: no region; fused: one of five kernels, the op and the four following it
+    regions = ["static_runtime::fused_region[kernels=5]" in str(m.graph) for m in built]
+    assert regions == [False, True], [str(m.graph) for m in built]
 
 
 def test_random_ops_are_skipped_by_their_own_flags() -> None:

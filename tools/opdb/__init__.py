@@ -6,7 +6,9 @@ into a small TorchScript module — the call traced (``torch.jit.trace``), or sc
 generated source where tracing fails or does not reproduce the eager call — in two
 variants: the op's result returned (``returned``), and every tensor of the result consumed
 by a following operator, ``torch.stack((r, r))`` (``consumed``), so the result is an
-intermediate our memory planner places in the arena. Each module runs under our runtime
+intermediate our memory planner places in the arena. A third, ``chained`` (``--variants``),
+follows each tensor with four element-wise operators, so that with the fused option an
+element-wise op is compiled by Inductor together with them (slow on a cold Inductor cache). Each module runs under our runtime
 with each option set (``OPTION_SETS``) and under the TorchScript interpreter (the oracle,
 the traced or scripted module itself, not frozen), with the calls of ``check.CALLS``:
 the sample's tensors (A), A again, A' (other values, same shapes), B (another sample's

@@ -93,24 +93,32 @@ def print_summary(summary: dict[str, Any], seconds: float, console: Console) -> 
               help="Worker subprocesses at a time (each uses one thread).")
 @click.option("--chunk", default=60, show_default=True, help="OpInfos per worker subprocess.")
 @click.option("--samples", default=3, show_default=True, help="Samples per OpInfo.")
+@click.option("--variants", "variant_names", default="returned,consumed", show_default=True,
+              help="returned, consumed (stacked), chained (four element-wise ops follow: with "
+                   "the fused option, Inductor compiles an element-wise op with them).")
 @click.option("--timeout", default=60.0, show_default=True,
               help="Seconds one unit may take before its worker is killed (a crash).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the JSON report here.")
 @click.option("--worker", type=click.Path(dir_okay=False, path_type=Path), default=None,
               hidden=True)
-def main(ops: str, option_names: str, jobs: int, chunk: int, samples: int, timeout: float,
-         out: Path | None, worker: Path | None) -> None:
+def main(ops: str, option_names: str, jobs: int, chunk: int, samples: int, variant_names: str,
+         timeout: float, out: Path | None, worker: Path | None) -> None:
     """Run PyTorch's operator database through static_runtime against TorchScript."""
     names = [n for n in ops.split(",") if n]
     options = [o for o in option_names.split(",") if o]
+    variants = [v for v in variant_names.split(",") if v]
+    from tools.opdb.cases import VARIANTS
+    if set(variants) - set(VARIANTS):
+        raise click.BadParameter(f"unknown variants {sorted(set(variants) - set(VARIANTS))}",
+                                 param_hint="--variants")
     from tools.opdb.runner import OPTION_SETS, run_all, select
     from tools.opdb.runner import worker as run_worker
     unknown = set(options) - set(OPTION_SETS)
     if unknown:
         raise click.BadParameter(f"unknown option sets {sorted(unknown)}", param_hint="--options")
     if worker is not None:
-        run_worker(worker, names, options, samples)
+        run_worker(worker, names, options, samples, variants)
         return
     from tools.opdb.cases import full_name, op_db
     try:
@@ -121,12 +129,14 @@ def main(ops: str, option_names: str, jobs: int, chunk: int, samples: int, timeo
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="opdb-") as tmp:
         records = run_all(chosen, options, samples, jobs, chunk, timeout, Path(tmp),
-                          progress=lambda s: console.print(s, style="dim", highlight=False))
+                          progress=lambda s: console.print(s, style="dim", highlight=False),
+                          variants=variants)
     seconds = time.perf_counter() - start
     summary = summarize(records, options)
     print_summary(summary, seconds, console)
     if out is not None:
         out.write_text(json.dumps({"seconds": seconds, "samples": samples, "jobs": jobs,
+                                   "variants": variants, "options": options,
                                    "summary": summary, "records": records}, indent=1))
     sys.exit(1 if summary["failures"] else 0)
 

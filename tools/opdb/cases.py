@@ -1,6 +1,6 @@
 """OpInfos to cases: dtype, samples, the call made into a TorchScript module, the call inputs.
 
-A *case* is one sample of one OpInfo in one variant (``returned`` or ``consumed``): a
+A *case* is one sample of one OpInfo in one variant (``VARIANTS``): a
 TorchScript module whose inputs are the sample's tensors (those nested in the sample's
 input, args and kwargs, in ``torch.utils._pytree`` order), with every other value baked
 in, and the inputs of the calls made to it (``CallInputs``).
@@ -33,8 +33,24 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-#: The two ways the op's result leaves the module.
-VARIANTS = ("returned", "consumed")
+#: How the op's result leaves the module: as it is (``returned``); each tensor of it fed to
+#: ``torch.stack((r, r))`` (``consumed``: the result is an intermediate, planned into the
+#: arena); each tensor fed to a chain of four element-wise operators, ``abs(r * 2 + r - 1)``
+#: (``chained``: with ``fusion_compiler="inductor"`` an element-wise op joins them in a
+#: region Inductor compiles, so the op itself is compiled; bool tensors are stacked). The
+#: first two run by default.
+VARIANTS = ("returned", "consumed", "chained")
+DEFAULT_VARIANTS = ("returned", "consumed")
+
+#: What follows each tensor of the result, per variant: in Python, and as TorchScript source.
+_FOLLOW: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], str]] = {
+    "consumed": (lambda r: torch.stack((r, r)), "torch.stack(({r}, {r}))"),
+    "chained": (lambda r: torch.abs(r * 2 + r - 1), "torch.abs({r} * 2 + {r} - 1)"),
+}
+
+
+def _follower(variant: str, t: torch.Tensor) -> str:
+    return "consumed" if variant == "chained" and t.dtype == torch.bool else variant
 
 #: How many of an OpInfo's samples are generated and looked at (for A's and for B).
 SCAN_SAMPLES = 24
@@ -198,24 +214,26 @@ def pick_indices(n: int, k: int) -> list[int]:
     return sorted({round(i * (n - 1) / (k - 1)) for i in range(k)})
 
 
-def _consume(result: Any) -> Any:
-    """Every tensor of the result fed to one following operator."""
+def _follow(result: Any, variant: str) -> Any:
+    """Every tensor of the result fed to what follows it in ``variant``."""
+    if variant == "returned":
+        return result
     leaves = pytree.tree_leaves(result)
-    outs = tuple(torch.stack((x, x)) if isinstance(x, torch.Tensor) else x for x in leaves)
+    outs = tuple(_FOLLOW[_follower(variant, x)][0](x) if isinstance(x, torch.Tensor) else x
+                 for x in leaves)
     return outs[0] if len(outs) == 1 else outs
 
 
 class _Call(torch.nn.Module):
     """``op(input, *args, **kwargs)`` with the sample's tensors as this module's inputs."""
 
-    def __init__(self, fn: Callable[..., Any], flat: Flat, consume: bool) -> None:
+    def __init__(self, fn: Callable[..., Any], flat: Flat, variant: str) -> None:
         super().__init__()
-        self.fn, self.flat, self.consume = fn, flat, consume
+        self.fn, self.flat, self.variant = fn, flat, variant
 
     def forward(self, *tensors: torch.Tensor) -> Any:
         inp, args, kwargs = self.flat.with_tensors(list(tensors))
-        result = self.fn(inp, *args, **kwargs)
-        return _consume(result) if self.consume else result
+        return _follow(self.fn(inp, *args, **kwargs), self.variant)
 
 
 def replicate(x: Any) -> Any:
@@ -287,18 +305,19 @@ def _reproduces(oracle: Any, eager: Callable[..., Any], tensors: list[torch.Tens
     return same(_loose(got), _loose(expected), "traced vs eager")
 
 
-def build_module(op: Any, flat: Flat, consume: bool) -> Module | str:
+def build_module(op: Any, flat: Flat, variant: str) -> Module | str:
     """The TorchScript module of one sample and variant, or why there is none."""
-    eager = _Call(op.op, flat, consume)
+    eager = _Call(op.op, flat, variant)
     inp, args, kwargs = flat.with_tensors(replicate(flat.tensors))
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = op.op(inp, *args, **kwargs)
     except Exception as e:  # noqa: BLE001
-        return f"eager: the op raises on its own sample ({type(e).__name__})"
-    if consume and not any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(result)):
-        return "consumed: the result has no tensor to consume"
+        return f"eager: the op raises on its own sample ({_first(e)})"
+    if variant != "returned" and \
+            not any(isinstance(x, torch.Tensor) for x in pytree.tree_leaves(result)):
+        return f"{variant}: the result has no tensor to consume"
     notes = []
     try:
         with warnings.catch_warnings(), torch.no_grad():
@@ -309,14 +328,14 @@ def build_module(op: Any, flat: Flat, consume: bool) -> Module | str:
             return Module(traced, "traced")
         notes.append(f"trace does not reproduce ({why[:200]})")
     except Exception as e:  # noqa: BLE001  (any tracing failure falls back to scripting)
-        notes.append(f"trace failed ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
-    scripted = script_call(op, flat, consume)
+        notes.append(f"trace failed ({_first(e)})")
+    scripted = script_call(op, flat, variant, result)
     if isinstance(scripted, str):
         return "; ".join(notes + [scripted])
     try:
         why = _reproduces(scripted, eager, flat.tensors)
     except Exception as e:  # noqa: BLE001
-        why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+        why = _first(e)
     if why is not None:
         return "; ".join(notes + [f"script does not reproduce ({why[:200]})"])
     return Module(scripted, "scripted", notes)
@@ -350,8 +369,14 @@ def _torch_path(op: Any) -> str | None:
     return f"torch.{op.name}" if obj is op.op else None
 
 
-def script_call(op: Any, flat: Flat, consume: bool) -> Any:
-    """The call as a scripted function from generated source, or why it cannot be."""
+def _first(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:200] if lines else ''}"
+
+
+def script_call(op: Any, flat: Flat, variant: str, result: Any) -> Any:
+    """The call as a scripted function from generated source, or why it cannot be.
+    ``result``: the eager call's, which tells what follows each tensor of it."""
     path = _torch_path(op)
     if path is None:
         return "not scriptable: the OpInfo's op is not torch." + op.name
@@ -364,21 +389,19 @@ def script_call(op: Any, flat: Flat, consume: bool) -> Any:
         return f"not scriptable: {e}"
     params = ", ".join(f"t{i}" for i in range(len(flat.tensor_at)))
     lines = [f"def call({params}):", f"    r = {path}({', '.join(parts)})"]
-    if consume:
-        with torch.no_grad():
-            result = op.op(*replicate([inp, *args]), **replicate(kwargs))
-        if isinstance(result, torch.Tensor):
-            lines.append("    return torch.stack((r, r))")
-        elif isinstance(result, tuple) and all(isinstance(t, torch.Tensor) for t in result):
-            outs = ", ".join(f"torch.stack((r[{i}], r[{i}]))" for i in range(len(result)))
-            lines.append(f"    return ({outs},)")
-        else:
-            return "no tensor result to consume"
-    else:
+    if variant == "returned":
         lines.append("    return r")
+    elif isinstance(result, torch.Tensor):
+        lines.append(f"    return {_FOLLOW[_follower(variant, result)][1].format(r='r')}")
+    elif isinstance(result, tuple) and all(isinstance(t, torch.Tensor) for t in result):
+        outs = ", ".join(_FOLLOW[_follower(variant, t)][1].format(r=f"r[{i}]")
+                         for i, t in enumerate(result))
+        lines.append(f"    return ({outs},)")
+    else:
+        return f"not scriptable: {variant} needs a tensor or a tuple of tensors"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             return torch.jit.CompilationUnit("\n".join(lines) + "\n").call
     except Exception as e:  # noqa: BLE001
-        return f"script failed ({type(e).__name__}: {str(e).splitlines()[0][:200]})"
+        return f"script failed ({_first(e)})"

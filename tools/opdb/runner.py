@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,7 +27,7 @@ from torch.utils import _pytree as pytree
 
 import static_runtime as sr
 from tools.opdb.cases import (
-    VARIANTS,
+    DEFAULT_VARIANTS,
     build_module,
     call_inputs,
     full_name,
@@ -132,7 +132,8 @@ class _Raw(str):
 
 
 def run_opinfo(op: Any, options: list[str], samples: int, sink: Sink,
-               make_ours: MakeOurs = static_module) -> None:
+               make_ours: MakeOurs = static_module,
+               variants: Sequence[str] = DEFAULT_VARIANTS) -> None:
     """Every unit of one OpInfo not yet recorded in ``sink``, each recorded there."""
     name = full_name(op)
     key = f"{name}|samples"
@@ -163,7 +164,7 @@ def run_opinfo(op: Any, options: list[str], samples: int, sink: Sink,
     base["dtype"] = str(dtype).removeprefix("torch.")
     for index in pick_indices(len(flats), samples):
         inputs = None
-        for variant in VARIANTS:
+        for variant in variants:
             module = None
             for option in options:
                 unit = f"{name}|{index}|{variant}|{option}"
@@ -174,7 +175,7 @@ def run_opinfo(op: Any, options: list[str], samples: int, sink: Sink,
                        "option": option, "sample_text": describe(flats[index])}
                 try:  # everything after begin, so that a crash is this unit's
                     inputs = inputs or call_inputs(flats, again, index)
-                    module = module or build_module(op, flats[index], variant == "consumed")
+                    module = module or build_module(op, flats[index], variant)
                     rec.update(a2=inputs.a2_how, b_sample=inputs.b_index)
                     if isinstance(module, str):
                         outcome = Outcome(Status.SKIP, f"module: {module}")
@@ -219,7 +220,8 @@ class _FaultySink(FileSink):
             time.sleep(3600)
 
 
-def worker(path: Path, names: list[str], options: list[str], samples: int) -> None:
+def worker(path: Path, names: list[str], options: list[str], samples: int,
+           variants: Sequence[str] = DEFAULT_VARIANTS) -> None:
     """A subprocess's work: the named OpInfos, results appended to ``path``."""
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
@@ -227,7 +229,7 @@ def worker(path: Path, names: list[str], options: list[str], samples: int) -> No
     faults = "OPDB_SEGFAULT_AT" in os.environ or "OPDB_HANG_AT" in os.environ
     sink = _FaultySink(path) if faults else FileSink(path)
     for op in select(op_db(), names):
-        run_opinfo(op, options, samples, sink)
+        run_opinfo(op, options, samples, sink, variants=variants)
 
 
 def _in_flight(lines: list[dict[str, Any]]) -> tuple[str | None, float]:
@@ -259,12 +261,12 @@ class _Chunk:
         self.proc: subprocess.Popen | None = None
         self.restarts = 0
 
-    def start(self, options: list[str], samples: int) -> None:
+    def start(self, options: list[str], samples: int, variants: Sequence[str]) -> None:
         env = dict(os.environ, OMP_NUM_THREADS="1", TORCHINDUCTOR_COMPILE_THREADS="1",
                    PYTHONPATH=os.pathsep.join([str(_ROOT), os.environ.get("PYTHONPATH", "")]))
         cmd = [sys.executable, "-m", "tools.opdb", "--worker", str(self.path),
                "--ops", ",".join(self.names), "--options", ",".join(options),
-               "--samples", str(samples)]
+               "--samples", str(samples), "--variants", ",".join(variants)]
         with open(self.err, "w") as err:
             self.proc = subprocess.Popen(cmd, cwd=_ROOT, env=env, stdout=subprocess.DEVNULL,
                                          stderr=err, start_new_session=True)
@@ -284,8 +286,8 @@ class _Chunk:
 
 
 def run_all(names: list[str], options: list[str], samples: int, jobs: int, chunk: int,
-            timeout: float, workdir: Path,
-            progress: Callable[[str], None] = lambda s: None) -> list[dict[str, Any]]:
+            timeout: float, workdir: Path, progress: Callable[[str], None] = lambda s: None,
+            variants: Sequence[str] = DEFAULT_VARIANTS) -> list[dict[str, Any]]:
     """All OpInfos named, ``chunk`` per subprocess, ``jobs`` subprocesses at a time."""
     pending = [_Chunk(i, names[s:s + chunk], workdir)
                for i, s in enumerate(range(0, len(names), chunk))]
@@ -293,7 +295,7 @@ def run_all(names: list[str], options: list[str], samples: int, jobs: int, chunk
     while pending or running:
         while pending and len(running) < jobs:
             c = pending.pop(0)
-            c.start(options, samples)
+            c.start(options, samples, variants)
             running.append(c)
         time.sleep(0.5)
         for c in list(running):
@@ -323,7 +325,7 @@ def run_all(names: list[str], options: list[str], samples: int, jobs: int, chunk
             running.remove(c)
             if restart and c.restarts < 200:
                 c.restarts += 1
-                c.start(options, samples)
+                c.start(options, samples, variants)
                 running.append(c)
             else:
                 finished.append(c)
