@@ -7,7 +7,7 @@ generated source where tracing fails or does not reproduce the eager call — in
 variants: the op's result returned (``returned``), and every tensor of the result consumed
 by a following operator, ``torch.stack((r, r))`` (``consumed``), so the result is an
 intermediate our memory planner places in the arena. A third, ``chained`` (``--variants``),
-follows each tensor with four element-wise operators, so that with the fused option an
+follows each tensor with four ``neg`` (exact), so that with the fused option an
 element-wise op is compiled by Inductor together with them (slow on a cold Inductor cache). Each module runs under our runtime
 with each option set (``OPTION_SETS``) and under the TorchScript interpreter (the oracle,
 the traced or scripted module itself, not frozen), with the calls of ``check.CALLS``:

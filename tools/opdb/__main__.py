@@ -94,8 +94,8 @@ def print_summary(summary: dict[str, Any], seconds: float, console: Console) -> 
 @click.option("--chunk", default=60, show_default=True, help="OpInfos per worker subprocess.")
 @click.option("--samples", default=3, show_default=True, help="Samples per OpInfo.")
 @click.option("--variants", "variant_names", default="returned,consumed", show_default=True,
-              help="returned, consumed (stacked), chained (four element-wise ops follow: with "
-                   "the fused option, Inductor compiles an element-wise op with them).")
+              help="returned, consumed (stacked), chained (four neg follow: with the fused "
+                   "option, Inductor compiles an element-wise op with them).")
 @click.option("--timeout", default=60.0, show_default=True,
               help="Seconds one unit may take before its worker is killed (a crash).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,

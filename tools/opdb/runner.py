@@ -291,7 +291,22 @@ def run_all(names: list[str], options: list[str], samples: int, jobs: int, chunk
     """All OpInfos named, ``chunk`` per subprocess, ``jobs`` subprocesses at a time."""
     pending = [_Chunk(i, names[s:s + chunk], workdir)
                for i, s in enumerate(range(0, len(names), chunk))]
-    total, running, finished = len(pending), [], []
+    running: list[_Chunk] = []
+    finished: list[_Chunk] = []
+    try:
+        _loop(pending, running, finished, jobs, options, samples, variants, timeout, progress)
+    finally:  # interrupted: no worker outlives the run
+        for c in running:
+            c.kill()
+    return [r for c in sorted(finished, key=lambda c: c.n) for r in read_lines(c.path)
+            if "status" in r]
+
+
+def _loop(pending: list[_Chunk], running: list[_Chunk], finished: list[_Chunk], jobs: int,
+          options: list[str], samples: int, variants: Sequence[str], timeout: float,
+          progress: Callable[[str], None]) -> None:
+    """Start chunks ``jobs`` at a time, watch them, record crashes and restart (see run_all)."""
+    total = len(pending)
     while pending or running:
         while pending and len(running) < jobs:
             c = pending.pop(0)
@@ -331,8 +346,6 @@ def run_all(names: list[str], options: list[str], samples: int, jobs: int, chunk
                 finished.append(c)
                 progress(f"chunk {len(finished)}/{total} done ({c.names[0]} .. {c.names[-1]}, "
                          f"{c.restarts} restarts)")
-    return [r for c in sorted(finished, key=lambda c: c.n) for r in read_lines(c.path)
-            if "status" in r]
 
 
 def _append(path: Path, rec: dict[str, Any]) -> None:
