@@ -17,7 +17,14 @@ from tools.opdb.cases import (
     replicate,
 )
 from tools.opdb.check import CALLS, Status, check_case
-from tools.opdb.runner import ListSink, read_lines, run_all, run_opinfo, static_module
+from tools.opdb.runner import (
+    ListSink,
+    read_lines,
+    run_all,
+    run_opinfo,
+    select,
+    static_module,
+)
 
 _DB = {full_name(op): op for op in op_db()}
 
@@ -220,3 +227,12 @@ def test_a_segfault_and_a_hang_are_recorded_crashes_and_the_run_goes_on(tmp_path
     assert by_key["neg|0|returned|default"]["status"] == "pass"
     assert by_key["neg|0|consumed|default"]["status"] == "pass"
     assert len(read_lines(tmp_path / "chunk000.jsonl")) > len(records)  # begin lines too
+
+
+def test_select_by_full_name_takes_that_opinfo_only() -> None:
+    # a worker is given full names: "normal" must not also pick normal.in_place
+    db = list(_DB.values())
+    assert [full_name(op) for op in select(db, ["normal"])] == ["normal"]
+    assert len(select(db, ["max"])) > 1  # a base name no OpInfo has as its full name
+    with pytest.raises(ValueError):
+        select(db, ["no_such_op"])

@@ -27,7 +27,11 @@ def summarize(records: list[dict[str, Any]], options: list[str]) -> dict[str, An
     A record of option ``*`` (an OpInfo skipped, or crashed generating its samples) is one
     OpInfo-level entry; it counts under ``opinfos``, not under the cases of an option.
     """
-    records = [r for r in records if r["status"] != "generated"]
+    unique: dict[str, dict[str, Any]] = {}
+    for r in records:
+        if r["status"] != "generated":
+            unique.setdefault(r["key"], r)
+    records = list(unique.values())
     per_option: dict[str, Counter] = {o: Counter() for o in options}
     skips: dict[str, Counter] = defaultdict(Counter)
     ops_all = {r["op"] for r in records}

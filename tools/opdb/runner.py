@@ -195,16 +195,18 @@ def _builder(make_ours: MakeOurs, oracle: Any,
 
 
 def select(db: list[Any], names: list[str] | None) -> list[Any]:
-    """OpInfos by full name or by name (``max`` picks every variant of max); all if None."""
+    """OpInfos by full name, or by base name if no OpInfo has it as its full name (``max``
+    picks every variant of max); all if None. In op_db order, each once."""
     if not names:
         return db
-    wanted = set(names)
-    picked = [op for op in db if full_name(op) in wanted or op.name in wanted]
-    known = {full_name(op) for op in db} | {op.name for op in db}
-    unknown = sorted(wanted - known)
+    full = {full_name(op) for op in db}
+    base = {op.name for op in db}
+    unknown = sorted(set(names) - full - base)
     if unknown:
         raise ValueError(f"not in op_db: {', '.join(unknown)}")
-    return picked
+    exact = {n for n in names if n in full}
+    by_base = {n for n in names if n not in full}
+    return [op for op in db if full_name(op) in exact or op.name in by_base]
 
 
 class _FaultySink(FileSink):
