@@ -333,3 +333,19 @@ def test_lazily_negated_or_conjugated_inputs_are_read_with_their_bit(bit):
         for arg in (plain, x, plain, x):
             torch.testing.assert_close(mod(arg), _neg_chain(plain))
     assert "unfused" not in mod.describe()
+
+
+def _argmax_chain(x: torch.Tensor) -> torch.Tensor:
+    return torch.argmax(x).neg().neg().neg().neg()
+
+
+def test_a_0_dim_signature_does_not_take_other_ranks():
+    # Found by tools/opdb (argmax, chained): Inductor asserts no size or stride for a
+    # 0-dim input (it reads it as a number), so the code compiled for a 0-dim x took the
+    # next (3, 5) x on the fast path and returned its 0-dim answer.
+    mod = sr.StaticModule(torch.jit.script(_argmax_chain),
+                          options=sr.StaticModuleOptions(fusion_compiler="inductor"))
+    assert n_regions(mod) == 1
+    a, scalar = torch.arange(15.0).reshape(3, 5), torch.tensor(2.0)  # argmax 14 and 0
+    for x in (a, a, scalar, a, scalar, scalar, a):
+        torch.testing.assert_close(mod(x), _argmax_chain(x))

@@ -6,7 +6,8 @@ strides and dtypes, its numbers' types, and torch's intra-op thread count (Induc
 run as many OpenMP threads as there were when they were compiled) — and the compiled code is
 kept per signature.
 A call tries the last compiled code first: it checks sizes and strides itself (an
-``AssertionError`` from ``assert_size_stride``) and we check dtypes and that no tensor is
+``AssertionError`` from ``assert_size_stride``, for the inputs its kernels read as tensors)
+and we check dtypes, ranks (a 0-dim input is read as a number, unchecked) and that no tensor is
 empty (``assert_size_stride`` passes every empty tensor) or lazily conjugated or negated
 (those are materialised first: the compiled code ignores the bits), so a steady state pays
 almost nothing for the lookup. Empty tensors run the operators unfused. Numbers known only at run time reach the compiled code as 0-dim
@@ -71,7 +72,7 @@ class RegionKernel:
         self.name = name
         self.numbers = tuple(i for i, v in enumerate(graph.inputs) if v.type in _NUMBERS)
         self._kernels: dict[tuple, Any] = {}  # signature → compiled call, or None (unfused)
-        #: (threads, (position, dtype) of each tensor, call) of the signature compiled last
+        #: (threads, (position, dtype, rank) of each tensor, call) of the signature compiled last
         self._last: tuple[tuple, Any] | None = None
         self._scalars: dict[tuple, torch.Tensor] = {}
         self._lock = threading.Lock()
@@ -93,11 +94,14 @@ class RegionKernel:
         last = self._last
         if last is not None and last[0] == _threads():
             _, dtypes, call = last
-            for i, d in dtypes:
+            for i, d, rank in dtypes:
                 a = args[i]
                 # (assert_size_stride passes any empty tensor: those never take this path;
-                # nor do tensors with a conjugate or negative bit, see _resolved)
-                if a.dtype is not d or not a.numel() or a.is_neg() or \
+                # nor do tensors with a conjugate or negative bit, see _resolved. Inductor
+                # asserts sizes and strides only of the inputs its kernels read as tensors,
+                # and reads a 0-dim one as a number: the rank is checked here, and a 0-dim
+                # tensor has no size or stride to differ in.)
+                if a.dtype is not d or a.dim() != rank or not a.numel() or a.is_neg() or \
                         (d.is_complex and a.is_conj()):
                     break
             else:
@@ -154,7 +158,7 @@ class RegionKernel:
             call = self._kernels[key]
             if call is None:
                 return key, self._unfused
-            self._last = (threads, tuple((i, a.dtype) for i, a in enumerate(args)
+            self._last = (threads, tuple((i, a.dtype, a.dim()) for i, a in enumerate(args)
                                          if isinstance(a, torch.Tensor)), call)
         return key, call
 
