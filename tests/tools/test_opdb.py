@@ -38,22 +38,15 @@ SUBSET = [
     "view", "reshape", "transpose", "permute", "expand", "narrow", "split", "cat", "stack",
     "index_select", "gather", "masked_fill", "take_along_dim", "__getitem__",
     "mm", "addmm", "matmul", "linalg.solve", "linalg.vector_norm",
-    "fft.fft", "fft.rfft", "fft.ihfftn",
+    "fft.fft", "fft.rfft",
+    "fft.ihfftn",  # ATen's out variant leaves `out` untouched for one transformed dim
     "nn.functional.conv2d", "nn.functional.max_pool2d", "nn.functional.avg_pool2d",
     "nn.functional.layer_norm", "softmax", "nn.functional.embedding",
     "sort", "topk", "equal", "masked.std",
 ]
 
-#: Expected to fail until each out variant is verified against the functional form before
-#: it serves (the lead's change in main): ATen's fft_ihfftn.out leaves `out` untouched when it
-#: transforms one dimension, so from the second call on ours returns arena memory.
-_XFAIL = {"fft.ihfftn": "fft_ihfftn.out leaves out untouched for one transformed dim; fixed by "
-                        "verifying out variants against the functional form (main)"}
 
-
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=_XFAIL[n])) if n in _XFAIL
-    else n for n in SUBSET])
+@pytest.mark.parametrize("name", SUBSET)
 def test_opinfo_subset(name: str) -> None:
     torch.set_num_threads(1)
     sink = ListSink()
