@@ -91,6 +91,8 @@ def observe(value: Any, inputs: Sequence[Any]) -> Observation | None:
     e.g. its node sits after an early exit — it then stays allocating)."""
     if not isinstance(value, torch.Tensor):
         return None
+    if value.layout != torch.strided:  # sparse, ...: no storage of its own to place
+        return Observation(value.dtype, tuple(value.shape), False, None)
     row_major = value.is_contiguous()
     dense = row_major or (
         value.dim() == 4 and value.is_contiguous(memory_format=torch.channels_last))

@@ -22,7 +22,8 @@ the world or write anything (``AliasDb``; the region would read after the write)
 flow ends a region. A member:
 
 * is an ``aten`` operator with a schema that writes nothing, draws no random numbers, and
-  has no data-dependent output shape;
+  has no data-dependent output shape; a view that takes a ``storage_offset`` (``as_strided``)
+  is not one: it addresses its input's storage, where compiled code addresses the input;
 * takes tensors, numbers (constants are copied into the region; others become inputs, passed
   to the compiled code as 0-dim tensors of the dtype that keeps the operator's promotion),
   and constant everything else (lists of sizes, dims, dtypes, ``None``);
@@ -109,6 +110,11 @@ def member_class(node: Node) -> str | None:
     if numbers and S.scalar_as_tensor_overload(schema, numbers) is None:
         return None
     if any(r.alias_sets for r in info.returns):
+        # A view taking a storage offset (as_strided) addresses its input's storage, not
+        # its elements; compiled code addresses an input from its first element, so on an
+        # input that starts inside its storage it read other elements.
+        if any(a.name == "storage_offset" for a in info.arguments):
+            return None
         return "view"
     if tags & _KERNEL_TAGS or info.name in NORMALIZATIONS:
         return "kernel"

@@ -209,7 +209,8 @@ class Interpreter:
         unplanned = 0
         for s in self.plan.transient_slots:
             x = values[s]
-            if isinstance(x, torch.Tensor) and s not in managed and x.device.type == "cpu":
+            if (isinstance(x, torch.Tensor) and s not in managed and x.device.type == "cpu"
+                    and x.layout == torch.strided):  # a sparse tensor has no one storage
                 storage = x.untyped_storage()
                 if storage.data_ptr() not in seen:
                     seen.add(storage.data_ptr())

@@ -259,6 +259,18 @@ def list_unpack_from_input(xs: list[int]):
     return a - b
 
 
+def list_unpack_one(x: torch.Tensor):
+    # a one-element list unpacked (tools/opdb: torch.gradient of a 1-d tensor): the
+    # interpreter took the list itself for its element
+    (a,) = torch.unbind(x)
+    return a * 2
+
+
+def list_unpack_one_from_input(xs: list[torch.Tensor]):
+    (a,) = xs
+    return a + 1
+
+
 def tensor_unbind_list(x: torch.Tensor):
     parts = x.unbind(0)
     return [p.sum() for p in parts]
@@ -336,6 +348,8 @@ LIST_CASES = [
     (list_aliasing_through_append, [r(2)], [r(1, 2)]),
     (list_unpack, [r(3)], [r(2, 2)]),
     (list_unpack_from_input, [[5, 3]], [[1, 2, 3]]),
+    (list_unpack_one, [r(1, 3)], [r(1, 2, 2)]),
+    (list_unpack_one_from_input, [[r(3)]], [[r(2), r(2)]]),
     (tensor_unbind_list, [r(3, 2)], [r(1, 5)]),
     (iterate_tensor, [r(3, 4)], [r(1, 2)]),
     (list_of_optional, [r(2), True], [r(3), False]),

@@ -125,6 +125,28 @@ graph(%x : Tensor):
     assert kinds(g) == [REGION, "aten::transpose"]
 
 
+def test_a_view_taking_a_storage_offset_is_never_a_member():
+    # Found by tools/opdb (as_strided.partial_views): as_strided addresses its input's
+    # storage, compiled code the input's first element — on a view starting inside its
+    # storage the fused region read other elements.
+    g = ir("""
+graph(%x : Tensor):
+  %0 : int = prim::Constant[value=0]()
+  %size : int[] = prim::Constant[value=[2, 2]]()
+  %stride : int[] = prim::Constant[value=[1, 2]]()
+  %s : Tensor = aten::as_strided(%x, %size, %stride, %0)
+  %a : Tensor = aten::neg(%s)
+  %b : Tensor = aten::sigmoid(%a)
+  %c : Tensor = aten::tanh(%b)
+  %d : Tensor = aten::abs(%c)
+  return (%d)
+""")
+    run_pass("fuse_regions", g)
+    (r,) = regions(g)
+    assert "aten::as_strided" not in sub_kinds(r)
+    assert kinds(g)[-2:] == ["aten::as_strided", REGION]
+
+
 def test_regions_form_inside_loop_bodies_and_branches():
     g = ir("""
 graph(%x : Tensor, %n : int, %c : bool):

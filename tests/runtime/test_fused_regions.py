@@ -309,3 +309,43 @@ def test_the_operators_own_errors_propagate_and_the_code_keeps_serving(monkeypat
         assert torch.equal(mod(x, good), _floor_div(x, good))
     assert "compiled for 1 signature(s)" in mod.describe() and "unfused" not in mod.describe()
     assert len(calls) >= 4
+
+
+def _neg_chain(r: torch.Tensor) -> torch.Tensor:
+    return torch.abs(r * 2 + r - 1)
+
+
+@pytest.mark.parametrize("bit", ["negative", "conjugate"])
+def test_lazily_negated_or_conjugated_inputs_are_read_with_their_bit(bit):
+    # Found by tools/opdb (fft.ihfftn, whose result is a lazily conjugated tensor, followed
+    # by element-wise ops): Inductor's code reads memory and ignores the bits — compiled for
+    # a plain tensor, it took a negated one on the fast path and gave the wrong sign; a
+    # conjugated one made it raise (view_as_real).
+    c = torch.randn(4, 6, dtype=torch.complex64)
+    x = c.conj().imag if bit == "negative" else c.conj()
+    assert x.is_neg() or x.is_conj()
+    mod = sr.StaticModule(torch.jit.script(_neg_chain),
+                          options=sr.StaticModuleOptions(fusion_compiler="inductor"))
+    assert n_regions(mod) == 1
+    plain = x.resolve_conj().resolve_neg()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RegionWarning)
+        for arg in (plain, x, plain, x):
+            torch.testing.assert_close(mod(arg), _neg_chain(plain))
+    assert "unfused" not in mod.describe()
+
+
+def _argmax_chain(x: torch.Tensor) -> torch.Tensor:
+    return torch.argmax(x).neg().neg().neg().neg()
+
+
+def test_a_0_dim_signature_does_not_take_other_ranks():
+    # Found by tools/opdb (argmax, chained): Inductor asserts no size or stride for a
+    # 0-dim input (it reads it as a number), so the code compiled for a 0-dim x took the
+    # next (3, 5) x on the fast path and returned its 0-dim answer.
+    mod = sr.StaticModule(torch.jit.script(_argmax_chain),
+                          options=sr.StaticModuleOptions(fusion_compiler="inductor"))
+    assert n_regions(mod) == 1
+    a, scalar = torch.arange(15.0).reshape(3, 5), torch.tensor(2.0)  # argmax 14 and 0
+    for x in (a, a, scalar, a, scalar, scalar, a):
+        torch.testing.assert_close(mod(x), _argmax_chain(x))

@@ -37,10 +37,12 @@ def _dict_construct(node: Node):
 
 
 def _unpack(n: int, what: str):
+    """Unpacking into ``n`` values: the sequence itself, or its element when ``n`` is 1 (a
+    node with one output stores what its function returns as that output)."""
     def unpack(seq):
         if len(seq) != n:
             raise ValueError(f"cannot unpack a {what} of {len(seq)} elements into {n} values")
-        return seq
+        return seq[0] if n == 1 else seq
 
     return unpack
 

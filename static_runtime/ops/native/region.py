@@ -6,9 +6,11 @@ strides and dtypes, its numbers' types, and torch's intra-op thread count (Induc
 run as many OpenMP threads as there were when they were compiled) — and the compiled code is
 kept per signature.
 A call tries the last compiled code first: it checks sizes and strides itself (an
-``AssertionError`` from ``assert_size_stride``) and we check dtypes and that no tensor is
-empty (``assert_size_stride`` passes every empty tensor), so a steady state pays almost
-nothing for the lookup. Empty tensors run the operators unfused. Numbers known only at run time reach the compiled code as 0-dim
+``AssertionError`` from ``assert_size_stride``, for the inputs its kernels read as tensors)
+and we check dtypes, ranks (a 0-dim input is read as a number, unchecked) and that no tensor is
+empty (``assert_size_stride`` passes every empty tensor) or lazily conjugated or negated
+(those are materialised first: the compiled code ignores the bits), so a steady state pays
+almost nothing for the lookup. Empty tensors run the operators unfused. Numbers known only at run time reach the compiled code as 0-dim
 tensors (int64, float64 or bool); in the traced graph each use is the operator's
 tensor-taking overload (``mul.Scalar`` → ``mul.Tensor``), with a float cast to the default
 dtype where every tensor operand is integral, which is the dtype ``tensor * 0.5`` has — so
@@ -70,7 +72,7 @@ class RegionKernel:
         self.name = name
         self.numbers = tuple(i for i, v in enumerate(graph.inputs) if v.type in _NUMBERS)
         self._kernels: dict[tuple, Any] = {}  # signature → compiled call, or None (unfused)
-        #: (threads, (position, dtype) of each tensor, call) of the signature compiled last
+        #: (threads, (position, dtype, rank) of each tensor, call) of the signature compiled last
         self._last: tuple[tuple, Any] | None = None
         self._scalars: dict[tuple, torch.Tensor] = {}
         self._lock = threading.Lock()
@@ -92,10 +94,15 @@ class RegionKernel:
         last = self._last
         if last is not None and last[0] == _threads():
             _, dtypes, call = last
-            for i, d in dtypes:
+            for i, d, rank in dtypes:
                 a = args[i]
-                # (assert_size_stride passes any empty tensor: those never take this path)
-                if a.dtype is not d or not a.numel():
+                # (assert_size_stride passes any empty tensor: those never take this path;
+                # nor do tensors with a conjugate or negative bit, see _resolved. Inductor
+                # asserts sizes and strides only of the inputs its kernels read as tensors,
+                # and reads a 0-dim one as a number: the rank is checked here, and a 0-dim
+                # tensor has no size or stride to differ in.)
+                if a.dtype is not d or a.dim() != rank or not a.numel() or a.is_neg() or \
+                        (d.is_complex and a.is_conj()):
                     break
             else:
                 try:
@@ -104,7 +111,7 @@ class RegionKernel:
                     pass  # sizes or strides not those compiled for, or the code failing: _run
                 else:
                     return out[0] if len(out) == 1 else out
-        out = self._run(args)
+        out = self._run(_resolved(args))
         return out[0] if len(out) == 1 else out
 
     def _run(self, args: list) -> tuple:
@@ -151,7 +158,7 @@ class RegionKernel:
             call = self._kernels[key]
             if call is None:
                 return key, self._unfused
-            self._last = (threads, tuple((i, a.dtype) for i, a in enumerate(args)
+            self._last = (threads, tuple((i, a.dtype, a.dim()) for i, a in enumerate(args)
                                          if isinstance(a, torch.Tensor)), call)
         return key, call
 
@@ -281,6 +288,16 @@ class RegionKernel:
         if self.refusals:
             text += f", unfused for {len(self.refusals)} ({next(iter(self.refusals.values()))})"
         return text
+
+
+def _resolved(args: list) -> list:
+    """``args`` with every lazily conjugated or negated tensor (``x.conj()``, the ``imag`` of
+    one) materialised. Inductor's code reads a tensor's memory as it is and ignores those
+    bits: a conjugate one makes it raise (``view_as_real``), a negated one gives the wrong
+    sign."""
+    if not any(isinstance(a, torch.Tensor) and (a.is_conj() or a.is_neg()) for a in args):
+        return args
+    return [a.resolve_conj().resolve_neg() if isinstance(a, torch.Tensor) else a for a in args]
 
 
 def _aliasing(args: tuple, out: tuple) -> str | None:
