@@ -214,9 +214,9 @@ def _compare_out(pn: ProcessedNode, args: list[Any], expected: Any, out: torch.T
     if not isinstance(expected, torch.Tensor):
         return f"the functional form returned a {type(expected).__name__}, not a tensor"
     if out.shape == expected.shape and out.dtype == expected.dtype:
-        poison = _poison(expected)
+        poison = _poison(_comparable(expected))
         if poison is not None:
-            out.copy_(poison)
+            out.copy_(poison)  # (cast back for dtypes compared through a wider one)
     try:
         pn.out_fn(out, *args)
     except Exception as e:  # what it raised is the verdict
@@ -227,6 +227,7 @@ def _compare_out(pn: ProcessedNode, args: list[Any], expected: Any, out: torch.T
     if out.shape != expected.shape or out.dtype != expected.dtype:
         return (f"it wrote {_tensor_str(out)} where the functional form returns "
                 f"{_tensor_str(expected)}")
+    out, expected = _comparable(out), _comparable(expected)
     if torch.equal(out, expected):
         return None
     try:
@@ -234,6 +235,17 @@ def _compare_out(pn: ProcessedNode, args: list[Any], expected: Any, out: torch.T
     except AssertionError:
         return _difference(out, expected)
     return None
+
+
+#: Dtypes PyTorch's CPU kernels cannot compare (``equal``, ``isnan``): compared as these.
+_WIDER = {torch.complex32: torch.complex64, torch.float8_e4m3fn: torch.float32,
+          torch.float8_e5m2: torch.float32, torch.float8_e4m3fnuz: torch.float32,
+          torch.float8_e5m2fnuz: torch.float32}
+
+
+def _comparable(t: torch.Tensor) -> torch.Tensor:
+    wider = _WIDER.get(t.dtype)
+    return t if wider is None else t.to(wider)
 
 
 def _difference(out: torch.Tensor, expected: torch.Tensor) -> str:

@@ -277,3 +277,22 @@ def test_a_new_size_that_brings_a_new_rank_is_checked():
         torch.testing.assert_close(mod(rows), expect(rows))  # checked before it serves
     for a in (rows, row, rows):
         torch.testing.assert_close(mod(a), expect(a))
+
+
+def test_dtypes_the_cpu_cannot_compare_are_checked_through_a_wider_one():
+    """``torch.equal`` has no ComplexHalf kernel on the CPU: the check compares such
+    results as complex64 (found by the operator database's chained variant)."""
+
+    def f(x):
+        return x.chalf().neg().neg()
+
+    x, y = inputs(5, 5), inputs(2, 3, seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mod = sr.StaticModule(torch.jit.trace(f, x))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sr.OutVariantWarning)
+        for a in (x, x, y, x):
+            got = mod(a)
+            assert got.dtype is torch.complex32
+            torch.testing.assert_close(got.to(torch.complex64), f(a).to(torch.complex64))
