@@ -183,44 +183,39 @@ def _stats(bn: torch.nn.Module, seed: int) -> None:
         bn.bias.copy_(torch.randn(n, generator=g))
 
 
-class LinearResidual(torch.nn.Module):
-    """The issue's reproduction: the linear's result feeds the batch norm and the sum.
-    TorchScript's freezing (optimize_numerics=True) folds the batch norm into ``fc`` anyway,
-    so the sum adds the normalised ``h`` (frozen TorchScript is 3-4 off here)."""
+class Residual(torch.nn.Module):
+    """``h = layer(x); h + layer2(relu(bn(h)))``: the layer's result feeds the batch norm and
+    the sum — the issue's reproduction for linear layers. TorchScript's freezing
+    (optimize_numerics=True) folds the batch norm into ``layer`` anyway, so the sum adds the
+    normalised ``h`` (frozen TorchScript is 3-4 off here). ``bn_first``: ``h = bn(x); h +
+    layer2(relu(layer(h)))``."""
 
-    def __init__(self, bn_first: bool = False):
+    def __init__(self, layer, layer2, bn, bn_first: bool, seed: int):
         super().__init__()
-        self.fc, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
-        self.bn = torch.nn.BatchNorm1d(16)
+        self.layer, self.layer2, self.bn = layer, layer2, bn
         self.bn_first = bn_first
-        _stats(self.bn, 0)
+        _stats(self.bn, seed)
 
     def forward(self, x):
         if self.bn_first:
             h = self.bn(x)
-            return h + self.fc2(torch.relu(self.fc(h)))
-        h = self.fc(x)
-        return h + self.fc2(torch.relu(self.bn(h)))
+            return h + self.layer2(torch.relu(self.layer(h)))
+        h = self.layer(x)
+        return h + self.layer2(torch.relu(self.bn(h)))
 
 
-class ConvResidual(torch.nn.Module):
-    def __init__(self, bn_first: bool = False):
-        super().__init__()
-        self.conv, self.conv2 = (torch.nn.Conv2d(6, 6, 3, padding=1) for _ in range(2))
-        self.bn = torch.nn.BatchNorm2d(6)
-        self.bn_first = bn_first
-        _stats(self.bn, 1)
+def linear_residual(bn_first: bool) -> Residual:
+    return Residual(torch.nn.Linear(16, 16), torch.nn.Linear(16, 16), torch.nn.BatchNorm1d(16),
+                    bn_first, seed=0)
 
-    def forward(self, x):
-        if self.bn_first:
-            h = self.bn(x)
-            return h + self.conv2(torch.relu(self.conv(h)))
-        h = self.conv(x)
-        return h + self.conv2(torch.relu(self.bn(h)))
+
+def conv_residual(bn_first: bool) -> Residual:
+    return Residual(torch.nn.Conv2d(6, 6, 3, padding=1), torch.nn.Conv2d(6, 6, 3, padding=1),
+                    torch.nn.BatchNorm2d(6), bn_first, seed=1)
 
 
 class Chain(torch.nn.Module):
-    """Linear → BatchNorm1d → ReLU twice, then conv → BatchNorm2d: all foldable."""
+    """Linear → BatchNorm1d → ReLU, twice: both batch norms foldable."""
 
     def __init__(self):
         super().__init__()
@@ -236,7 +231,7 @@ class Chain(torch.nn.Module):
 
 @pytest.mark.parametrize("bn_first", [False, True], ids=["bn_after", "bn_before"])
 @pytest.mark.parametrize("make,shapes", [
-    (LinearResidual, ((4, 16), (7, 16))), (ConvResidual, ((1, 6, 8, 8), (3, 6, 5, 7)))],
+    (linear_residual, ((4, 16), (7, 16))), (conv_residual, ((1, 6, 8, 8), (3, 6, 5, 7)))],
     ids=["linear", "conv"])
 def test_residual_patterns_equal_eager(make, shapes, bn_first):
     """Through the whole frontend (freezing included): equal to eager on two shapes, called
