@@ -51,6 +51,13 @@ class TensorSpec:
     #: the recording run's strides: row-major, or channels-last for 4-D tensors that came
     #: out that way (oneDNN convolutions, and element-wise operators fed by them)
     strides: tuple[int, ...] | None = None
+    #: the bytes the plan reserved for this value (``nbytes`` or more: a region planned for
+    #: a larger size of the same structure; 0: ``nbytes``)
+    reserved: int = 0
+
+    @property
+    def region(self) -> int:
+        return max(self.reserved, self.nbytes)
 
 
 @dataclass(frozen=True)
@@ -113,12 +120,21 @@ def _aliases_any(t: torch.Tensor, others: Sequence[Any]) -> bool:
 
 def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observation],
                  *, planner: str = "best", alignment: int = DEFAULT_ALIGNMENT,
-                 unplanned_bytes: int = 0, checked: bool = True) -> ArenaLayout:
-    """Plan the arena for the values observed in one recording run."""
+                 unplanned_bytes: int = 0, checked: bool = True,
+                 base: ArenaLayout | None = None) -> ArenaLayout:
+    """Plan the arena for the values observed in one recording run.
+
+    ``base``: a layout of the same structure (another size). Each managed value's region in
+    a plan holds its bytes for all the time it lives, so a value of this size that fits in
+    the region ``base`` planned for it can live there too: if every value does, ``base``'s
+    offsets are kept and no planner runs. Otherwise the planner runs on each value's larger
+    size, this one's or ``base``'s, so the arena grows to hold every size seen so far (as
+    the seed's storage groups grow) and the sizes before this one keep fitting."""
     requests: list[TensorRequest] = []
     names: dict[str, int] = {}
     unmanaged: set[int] = set()
     dims: dict[int, tuple[torch.dtype, tuple[int, ...]]] = {}
+    sizes: dict[int, int] = {}
     for lt in lifetimes.managed:
         slot = slot_of[lt.value]
         obs = observed.get(slot)
@@ -130,12 +146,26 @@ def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observ
         requests.append(TensorRequest(name, nbytes, lt.start, lt.end))
         names[name] = slot
         dims[slot] = (obs.dtype, obs.shape, obs.strides)
-    plan = PLANNERS[planner](requests, alignment)
-    plan = dataclasses.replace(plan, unplanned_bytes=unplanned_bytes)
-    specs = tuple(
-        TensorSpec(names[p.request.name], p.request.name, *dims[names[p.request.name]][:2],
-                   p.offset, p.request.size, dims[names[p.request.name]][2])
-        for p in plan.placements)
+        sizes[slot] = nbytes
+    regions = {spec.slot: spec for spec in base.specs} if base is not None else {}
+    if regions and all(slot in regions and nbytes <= regions[slot].region
+                       for slot, nbytes in sizes.items()):
+        plan = dataclasses.replace(base.plan, unplanned_bytes=unplanned_bytes)
+        specs = tuple(
+            TensorSpec(slot, regions[slot].name, *dims[slot][:2], regions[slot].offset,
+                       sizes[slot], dims[slot][2], regions[slot].region)
+            for slot in sizes)
+    else:
+        if regions:
+            requests = [dataclasses.replace(r, size=max(r.size, regions[names[r.name]].region))
+                        if names[r.name] in regions else r for r in requests]
+        plan = PLANNERS[planner](requests, alignment)
+        plan = dataclasses.replace(plan, unplanned_bytes=unplanned_bytes)
+        specs = tuple(
+            TensorSpec(names[p.request.name], p.request.name, *dims[names[p.request.name]][:2],
+                       p.offset, sizes[names[p.request.name]], dims[names[p.request.name]][2],
+                       p.request.size)
+            for p in plan.placements)
     outputs, offset = [], 0
     for v in lifetimes.outputs:
         slot = slot_of[v]

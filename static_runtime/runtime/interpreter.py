@@ -52,6 +52,9 @@ class MemoryConfig:
     #: signature structures (``memory.cache.structure``) a reference recording call has
     #: run: a new size of one of them may record through generated code
     structures: set = field(default_factory=set)
+    #: per structure, the layout of the sizes recorded last: its regions hold every size of
+    #: that structure seen so far, so a new size that fits is laid out without planning
+    largest: dict = field(default_factory=dict)
 
 
 class Interpreter:
@@ -215,9 +218,12 @@ class Interpreter:
                 if storage.data_ptr() not in seen:
                     seen.add(storage.data_ptr())
                     unplanned += storage.nbytes()
+        shape_free = structure(self._key) if self._key is not None else None
         layout = build_layout(memory.lifetimes, self.plan.slot_of, observed,
                               planner=memory.planner, unplanned_bytes=unplanned,
-                              checked=checked)
+                              checked=checked, base=memory.largest.get(shape_free))
+        if shape_free is not None:
+            memory.largest[shape_free] = layout
         if memory.verify:
             layout.plan.verify()
         memory.layouts.put(self._key, layout)

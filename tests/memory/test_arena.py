@@ -225,3 +225,44 @@ def test_a_sparse_intermediate_is_left_out_of_the_arena():
     # storage of every intermediate, and a sparse tensor has none — ours raised where
     # TorchScript ran. A sparse value is observed as not fitting: it stays allocating.
     check(SPARSE_INTERMEDIATE, [torch.randn(5, 5)], [torch.randn(2, 3)])
+
+
+WIDE = """
+def f(x: torch.Tensor, w: torch.Tensor):
+    a = torch.relu(torch.matmul(x, w))
+    b = torch.sigmoid(a) * a
+    c = torch.tanh(b) + a
+    return (c * b).sum(1)
+"""
+
+
+def test_a_smaller_size_of_a_known_structure_is_laid_out_without_planning(monkeypatch):
+    """Sizes of one structure share the regions planned for the largest seen: a size that
+    fits in them is laid out at the same offsets with no planner run; a larger one plans
+    again on the larger sizes (the arena grows), and every size still gives eager's result
+    with every plan verified."""
+    from static_runtime.memory import arena
+
+    runs = []
+    best = arena.PLANNERS["best"]
+    monkeypatch.setitem(arena.PLANNERS, "best", lambda r, a: runs.append(len(r)) or best(r, a))
+    mod = sr.StaticModule(script(WIDE), options=VERIFY)
+    w = torch.randn(6, 5)
+
+    def call(rows):
+        x = torch.randn(rows, 6)
+        for _ in range(2):
+            torch.testing.assert_close(mod(x, w), torch.mul(
+                torch.tanh(torch.sigmoid(x @ w).mul(torch.relu(x @ w))) + torch.relu(x @ w),
+                torch.sigmoid(torch.relu(x @ w)) * torch.relu(x @ w)).sum(1))
+        return mod.memory_plan().arena_bytes
+
+    largest = call(16)
+    assert len(runs) == 1
+    assert call(4) == largest and call(9) == largest and len(runs) == 1
+    grown = call(40)
+    assert len(runs) == 2 and grown > largest
+    assert call(12) == grown and call(3) == grown and len(runs) == 2  # (sizes not seen yet)
+    w = w.double()  # another structure: planned for its own
+    mod(torch.randn(2, 6, dtype=torch.float64), w)
+    assert len(runs) == 3
