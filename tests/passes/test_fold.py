@@ -24,15 +24,9 @@ def constants(bias=True, gamma=True):
     }
 
 
-def conv_bn(training="False", conv_uses=1, export_form=False):
-    bn = ("%y : Tensor, %sm : Tensor, %sv : Tensor = "
-          "aten::_native_batch_norm_legit_no_training(%c, %gamma, %beta, %mean, %var, %mom, %eps)"
-          if export_form else
-          "%y : Tensor = aten::batch_norm(%c, %gamma, %beta, %mean, %var, %training, %mom, "
-          "%eps, %cudnn)")
-    ret = "%y, %c" if conv_uses == 2 else "%y"
-    return f"""
-graph(%x : Tensor):
+def _bn_constants(training: str = "False") -> str:
+    """IR lines: the layer's weight and bias, the batch norm's parameters and flags."""
+    return f"""\
   %w : Tensor = prim::Constant[value=<ref w>]()
   %b : Tensor = prim::Constant[value=<ref b>]()
   %gamma : Tensor = prim::Constant[value=<ref gamma>]()
@@ -42,7 +36,19 @@ graph(%x : Tensor):
   %training : bool = prim::Constant[value={training}]()
   %mom : float = prim::Constant[value=0.1]()
   %eps : float = prim::Constant[value=1e-05]()
-  %cudnn : bool = prim::Constant[value=True]()
+  %cudnn : bool = prim::Constant[value=True]()"""
+
+
+def conv_bn(training="False", conv_uses=1, export_form=False):
+    bn = ("%y : Tensor, %sm : Tensor, %sv : Tensor = "
+          "aten::_native_batch_norm_legit_no_training(%c, %gamma, %beta, %mean, %var, %mom, %eps)"
+          if export_form else
+          "%y : Tensor = aten::batch_norm(%c, %gamma, %beta, %mean, %var, %training, %mom, "
+          "%eps, %cudnn)")
+    ret = "%y, %c" if conv_uses == 2 else "%y"
+    return f"""
+graph(%x : Tensor):
+{_bn_constants(training)}
   %s : int[] = prim::Constant[value=[1, 1]]()
   %p : int[] = prim::Constant[value=[1, 1]]()
   %g : int = prim::Constant[value=1]()
@@ -130,18 +136,9 @@ def linear_constants(bias=True):
     }
 
 
-LINEAR_BN = """
+LINEAR_BN = f"""
 graph(%x : Tensor):
-  %w : Tensor = prim::Constant[value=<ref w>]()
-  %b : Tensor = prim::Constant[value=<ref b>]()
-  %gamma : Tensor = prim::Constant[value=<ref gamma>]()
-  %beta : Tensor = prim::Constant[value=<ref beta>]()
-  %mean : Tensor = prim::Constant[value=<ref mean>]()
-  %var : Tensor = prim::Constant[value=<ref var>]()
-  %training : bool = prim::Constant[value=False]()
-  %mom : float = prim::Constant[value=0.1]()
-  %eps : float = prim::Constant[value=1e-05]()
-  %cudnn : bool = prim::Constant[value=True]()
+{_bn_constants()}
   %h : Tensor = aten::linear(%x, %w, %b)
   %d : int = aten::dim(%h)
   %y : Tensor = aten::batch_norm(%h, %gamma, %beta, %mean, %var, %training, %mom, %eps, %cudnn)
