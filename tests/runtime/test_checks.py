@@ -92,6 +92,13 @@ def traced(kind: str, x):
         return torch.jit.trace(model(kind), x)
 
 
+def built(f, x, **trace) -> sr.StaticModule:
+    """``f`` traced on ``x`` and built, tracing's and the build's warnings silenced."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sr.StaticModule(torch.jit.trace(f, x, **trace))
+
+
 def inputs(*shape, seed=0):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
 
@@ -208,9 +215,7 @@ def test_the_fft_out_kernel_that_leaves_out_unwritten():
         return torch.fft.ihfftn(x, s=(8,)) * 2
 
     x, y = inputs(2, 3, 8), inputs(4, 8, seed=3)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mod = sr.StaticModule(torch.jit.trace(f, x))
+    mod = built(f, x)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", sr.OutVariantWarning)
         for a in (x, x, y, y, x):
@@ -226,9 +231,7 @@ def test_random_operators_are_checked_on_the_same_draws():
         return torch.bernoulli(torch.sigmoid(x)) * torch.normal(x, 0.5) * 2
 
     x, y = inputs(3, 4), inputs(5, 4, seed=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mod = sr.StaticModule(torch.jit.trace(f, x, check_trace=False))
+    mod = built(f, x, check_trace=False)
     random = [line for line in mod.describe().splitlines()
               if line.startswith(("aten::bernoulli", "aten::normal"))]
     assert len(random) == 2 and all("out variant" in line for line in random)
@@ -265,9 +268,7 @@ def test_a_new_size_that_brings_a_new_rank_is_checked():
         return (x.squeeze(0) * 2 + 1).relu() + 1
 
     row, rows = inputs(1, 5), inputs(3, 5, seed=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mod = sr.StaticModule(torch.jit.trace(f, row))
+    mod = built(f, row)
     with warnings.catch_warnings():
         warnings.simplefilter("error", sr.OutVariantWarning)
         for _ in range(2):
@@ -287,9 +288,7 @@ def test_dtypes_the_cpu_cannot_compare_are_checked_through_a_wider_one():
         return x.chalf().neg().neg()
 
     x, y = inputs(5, 5), inputs(2, 3, seed=1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        mod = sr.StaticModule(torch.jit.trace(f, x))
+    mod = built(f, x)
     with warnings.catch_warnings():
         warnings.simplefilter("error", sr.OutVariantWarning)
         for a in (x, x, y, x):
