@@ -51,6 +51,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import static_runtime as sr
+from static_runtime.runtime.hot import wait_for_builds
 
 RUNNERS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
            "torch_compile", "onnxruntime", "static_runtime", "static_runtime_fused")
@@ -543,6 +544,9 @@ def time_runners(runners: list[Runner], *, repeats: int = 15, calls: int = 50,
     for r in live:
         for _ in range(warmup):
             r.fn()
+    # Our hot signatures get code of their own from a background thread: let it finish (the
+    # first call of each sample, untimed, then takes it up).
+    wait_for_builds()
     timings = {r.name: Timing(r.name) for r in live}
     clock = time.perf_counter_ns
     for k in range(repeats):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import warnings
+import weakref
 from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +61,7 @@ class BackgroundBuilder:
         self._pending: set[Hashable] = set()
         self._lock = threading.Lock()
         self.failures: dict[Hashable, str] = {}
+        _BUILDERS.add(self)
 
     def submit(self, key: Hashable, build: Callable[[], object]) -> None:
         with self._lock:
@@ -88,3 +90,14 @@ class BackgroundBuilder:
             pool = self._pool
         if pool is not None:
             pool.submit(lambda: None).result()
+
+
+#: Every live builder, for ``wait_for_builds``.
+_BUILDERS: weakref.WeakSet[BackgroundBuilder] = weakref.WeakSet()
+
+
+def wait_for_builds() -> None:
+    """Block until every build any module asked for so far has finished: benchmarks call it
+    after their warm-up, so that timed calls run the code a hot signature gets."""
+    for builder in list(_BUILDERS):
+        builder.wait()

@@ -150,3 +150,18 @@ def test_memory_and_code_stay_bounded_over_many_sizes():
     for _ in range(2):
         torch.testing.assert_close(rt(largest, w), eager(largest, w))
     assert rt._interp.arena.numel() <= mod.memory_plan().arena_bytes + 4096
+
+
+def test_wait_for_builds_waits_for_every_module():
+    from static_runtime.runtime.hot import wait_for_builds
+
+    mods = [sr.StaticModule(script(SRC), options=sr.StaticModuleOptions(specialize_after=2))
+            for _ in range(2)]
+    x, w = torch.randn(3, 6), torch.randn(6, 5)
+    for mod in mods:
+        for _ in range(3):
+            mod(x, w)
+    wait_for_builds()
+    for mod in mods:
+        torch.testing.assert_close(mod(x, w), eager(x, w))
+        assert "Specialised on its input signature" in mod.code
