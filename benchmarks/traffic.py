@@ -17,9 +17,9 @@ Peers, each called with the request's own tensors: ``eager`` (the reference), fr
 TorchScript (``torchscript``), PyTorch's C++ Static Runtime (``pytorch_static_runtime``), ONNX
 Runtime on an export with dynamic axes (``onnxruntime``; set up as ``static_runtime.compare``
 does: one intra-op thread, all graph optimisations), and ours: from the TorchScript module
-(``static_runtime``, default options: ``plan_cache_size`` 8 unless ``--plan-cache-size``),
-from a ``torch.export`` program with a ``Dim`` on each varying axis (``static_runtime_export``)
-and from TorchScript with ``plan_cache_size=256`` (``static_runtime_cache256``). A peer that
+(``static_runtime``, default options, or ``--plan-cache-size``), from a ``torch.export``
+program with a ``Dim`` on each varying axis (``static_runtime_export``) and from TorchScript
+with ``plan_cache_size=8``, the default before issue 18 (``static_runtime_cache8``). A peer that
 cannot be built is reported with the reason; one whose output differs from eager's on the
 check sizes (the smallest, a middle and the largest of the trace) is timed and flagged.
 
@@ -82,11 +82,11 @@ from benchmarks.zoo.spec import hf_config
 from static_runtime.compare import _agree, _max_abs_error, _ort_caller, _reason
 
 PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime", "static_runtime",
-         "static_runtime_export", "static_runtime_cache256")
-OURS = ("static_runtime", "static_runtime_export", "static_runtime_cache256")
+         "static_runtime_export", "static_runtime_cache8")
+OURS = ("static_runtime", "static_runtime_export", "static_runtime_cache8")
 SHORT = {"eager": "eager", "torchscript": "TorchScript", "pytorch_static_runtime": "C++ SR",
          "onnxruntime": "ORT", "static_runtime": "ours", "static_runtime_export": "ours (export)",
-         "static_runtime_cache256": "ours (cache 256)"}
+         "static_runtime_cache8": "ours (cache 8)"}
 RESULTS = Path(__file__).parent / "results"
 MAX_LENGTH, MAX_BATCH = 256, 512
 VOCAB = 1000
@@ -353,7 +353,7 @@ def make_peers(w: Workload, include: tuple[str, ...], plan_cache_size: int | Non
         "onnxruntime": lambda d: _make_onnxruntime(w, model, d),
         "static_runtime": ours(scripted, options),
         "static_runtime_export": exported,
-        "static_runtime_cache256": ours(scripted, sr.StaticModuleOptions(plan_cache_size=256)),
+        "static_runtime_cache8": ours(scripted, sr.StaticModuleOptions(plan_cache_size=8)),
     }
     peers = []
     for name in include:
