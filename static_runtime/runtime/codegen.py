@@ -843,23 +843,39 @@ class CodeCache:
             self.latest = code
         return code
 
-    def ready(self, arena_slots: frozenset[int], layout_id: int | None,
-              guard: tuple[bool | tuple[str, int], ...], key: tuple) -> bool:
-        """Whether the specialised code for this signature and layout exists."""
+    def pending(self, arena_slots: frozenset[int], layout_id: int,
+                guard: tuple[bool | tuple[str, int], ...], key: tuple) -> Pending | None:
+        """What the generic code serving this signature and layout waits for: None if the
+        signature's own code exists already."""
         cache_key = self._cache_key(arena_slots, layout_id, guard, key)
-        with self._lock:
-            return cache_key in self._items
+        if cache_key in self._items:  # (a dict lookup: atomic, no lock needed)
+            return None
+        return Pending(cache_key, layout_id, self.not_views, (arena_slots, layout_id, guard, key))
 
-    def note_call(self, arena_slots: frozenset[int], layout_id: int | None,
-                  guard: tuple[bool | tuple[str, int], ...], key: tuple) -> bool:
-        """Count a call the generic code served for ``key``; once the signature is hot, have
-        its own code built in the background. Whether that code is ready."""
-        if self.ready(arena_slots, layout_id, guard, key):
+    def note_call(self, pending: Pending) -> bool:
+        """Count a call the generic code served for ``pending``'s signature (once per call of
+        the generic code: keep it cheap); once the signature is hot, have its own code built
+        in the background. Whether the caller should bind again: that code is ready (or the
+        views refused since changed the code's key)."""
+        if pending.cache_key in self._items or pending.not_views is not self.not_views:
             return True
-        if self.hot is not None and self.hot.note(key):
-            cache_key = self._cache_key(arena_slots, layout_id, guard, key)
-            self.builder.submit(cache_key, lambda: self.get(arena_slots, layout_id, guard, key))
+        if self.hot is not None and self.hot.note(pending.layout_id):
+            self.builder.submit(pending.cache_key, lambda: self.get(*pending.build))
         return False
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A signature the generic code serves until its own code is built."""
+
+    #: the key its own code will have in ``CodeCache``
+    cache_key: tuple
+    #: what its calls are counted by (its layout stands for its signature: one per signature)
+    layout_id: int
+    #: the views refused when the key was made (another set makes another key)
+    not_views: frozenset
+    #: ``CodeCache.get``'s arguments that build its own code
+    build: tuple
 
 
 class CodegenExecutor(Interpreter):
@@ -873,9 +889,9 @@ class CodegenExecutor(Interpreter):
         self._code: GeneratedCode | None = None
         self._direct = False
         self._plain_outputs = False
-        #: (arena slots, layout id, guard, key) of the signature the generic code serves
-        #: until its own is ready (None: the bound code is the signature's own)
-        self._pending: tuple | None = None
+        #: the signature the generic code serves until its own is ready (None: the bound
+        #: code is the signature's own)
+        self._pending: Pending | None = None
         #: specialising although memory is not planned per signature (so ``prepare`` keeps
         #: no key): the executor keeps the signature itself
         self._own_key = codes.specializer is not None and not (
@@ -915,7 +931,7 @@ class CodegenExecutor(Interpreter):
             # (recording: the value array is observed; verifying: out variants checked)
             return self._run_reference(inputs)
         if (self._pending is not None and self._fast is not None
-                and self.codes.note_call(*self._pending)):
+                and self.codes.note_call(self._pending)):
             self._fast = None  # the signature's own code is ready: bind it
         fast = self._fast or self._bind()
         try:
@@ -1027,10 +1043,11 @@ class CodegenExecutor(Interpreter):
         codes = self.codes
         self._pending = None
         if (guard is not None and codes.hot is not None and self._key is not None
-                and not self._own_key and not codes.ready(arena, layout_id, guard, self._key)):
+                and layout_id is not None and not self._own_key):
+            self._pending = codes.pending(arena, layout_id, guard, self._key)
+        if self._pending is not None:
             # A signature not (yet) hot: the shared generic code serves it.
-            self._pending = (arena, layout_id, guard, self._key)
-            codes.note_call(*self._pending)
+            codes.note_call(self._pending)
             self._fast = self._instantiate(lambda: codes.generic(arena))
             self._direct = False
             self._plain_outputs = False
