@@ -29,10 +29,12 @@ second run, so both draw the same numbers and the model's random stream advances
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import warnings
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,22 +124,15 @@ class OutVariantChecks:
         key = self.pending(pn, args)
         if key is None or pn.outputs[0] in self.refused:
             return pn.fn(*args)
-        generators = self._generators(pn, args)
-        before = [g.get_state() for g in generators]
+        draws = _Draws(self._generators(pn, args))
         expected = pn.fn(*args)
         obs = observe(expected, ())
         if obs is None or not obs.fits or expected.device.type != "cpu":
             # not something the arena would hold (or a meta-tensor run planning ahead)
             return expected
-        after = [g.get_state() for g in generators]
-        for g, state in zip(generators, before):
-            g.set_state(state)
         out, _buffer = _scratch(expected, obs.strides)
-        try:
+        with draws.again():
             problem = _compare_out(pn, args, expected, out, scratch=True)
-        finally:
-            for g, state in zip(generators, after):
-                g.set_state(state)
         self._verdict(pn, key, args, problem)
         return expected
 
@@ -156,19 +151,13 @@ class OutVariantChecks:
                     raise
                 return pn.fn(*args), False
             return out, True
-        generators = self._generators(pn, args)
-        before = [g.get_state() for g in generators]
+        draws = _Draws(self._generators(pn, args))
         expected = pn.fn(*args)
-        after = [g.get_state() for g in generators]
-        for g, state in zip(generators, before):
-            g.set_state(state)
         try:
-            problem = _compare_out(pn, args, expected, out, scratch=False)
+            with draws.again():
+                problem = _compare_out(pn, args, expected, out, scratch=False)
         except _OutgrewArena:
             return expected, False
-        finally:
-            for g, state in zip(generators, after):
-                g.set_state(state)
         self._verdict(pn, key, args, problem)
         return (expected, False) if problem is not None else (out, True)
 
@@ -197,6 +186,27 @@ class OutVariantChecks:
             return []
         given = [a for a in args if isinstance(a, torch.Generator)]
         return given or [torch.default_generator]
+
+
+class _Draws:
+    """The random generators' states when made; ``again()`` runs its body from those states
+    (the same draws as the functional form's) and leaves them as the functional form did,
+    so the model's random stream advances once."""
+
+    def __init__(self, generators: list[torch.Generator]):
+        self._generators = generators
+        self._before = [g.get_state() for g in generators]
+
+    @contextlib.contextmanager
+    def again(self) -> Iterator[None]:
+        after = [g.get_state() for g in self._generators]
+        for g, state in zip(self._generators, self._before):
+            g.set_state(state)
+        try:
+            yield
+        finally:
+            for g, state in zip(self._generators, after):
+                g.set_state(state)
 
 
 class _OutgrewArena(Exception):
