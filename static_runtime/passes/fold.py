@@ -134,15 +134,25 @@ def _op(graph: Graph, kind: str, schema: str, inputs: list[Value], out: T.Type,
     return node.output
 
 
+def _rank_test(graph: Graph, x: Value, compare: str, rank: int, before: Node
+               ) -> tuple[Value, Value]:
+    """``x.dim()`` and ``x.dim() <compare> rank`` (``compare``: ``eq`` or ``ne``), before
+    ``before``."""
+    dim = _op(graph, "aten::dim", _DIM, [x], T.Int, before)
+    schema = {"eq": _EQ_INT, "ne": _NE_INT}[compare]
+    test = _op(graph, f"aten::{compare}", schema,
+               [dim, graph.constant(rank, T.Int, before=before)], T.Bool, before)
+    return dim, test
+
+
 def _check_batched(graph: Graph, conv: Node, rank: int, bn: Node) -> None:
     """Before ``conv``: raise unless its input has the weight's rank (a batch)."""
-    dim = _op(graph, "aten::dim", _DIM, [conv.inputs[0]], T.Int, conv)
-    wrong = _op(graph, "aten::ne", _NE_INT, [dim, graph.constant(rank, T.Int, before=conv)],
-                T.Bool, conv)
+    dim, wrong = _rank_test(graph, conv.inputs[0], "ne", rank, conv)
     check = graph.create("prim::If", [wrong])
     check.source = bn.source
     check.insert_before(conv)
-    raising, fine = check.add_block(), check.add_block()
+    raising = check.add_block()
+    check.add_block()  # a batch: nothing to do
     message = (f"static_runtime folded the batch norm{_at(bn)} into the convolution before it, "
                f"which is exact for an input of rank {rank} (a batch); this input has rank "
                "{}. Build the StaticModule with StaticModuleOptions(fold_batchnorm=False) to "
@@ -156,7 +166,6 @@ def _check_batched(graph: Graph, conv: Node, rank: int, bn: Node) -> None:
                                                        before=check)])
     raise_.schema = str(torch.ops.prim.RaiseException.default._schema)
     raising.append(raise_)
-    del fine  # nothing to do on a batch
 
 
 def _at(node: Node) -> str:
@@ -169,9 +178,7 @@ def _fold_linear(graph: Graph, linear: Node, bn: Node, weight: torch.Tensor,
     if weight.dim() != 2 or any(not v.node.is_before(linear) for v in bn.inputs[1:]):
         return False
     x, y = linear.inputs[0], linear.output
-    dim = _op(graph, "aten::dim", _DIM, [x], T.Int, linear)
-    is_matrix = _op(graph, "aten::eq", _EQ_INT, [dim, graph.constant(2, T.Int, before=linear)],
-                    T.Bool, linear)
+    _, is_matrix = _rank_test(graph, x, "eq", 2, linear)
     branch = graph.create("prim::If", [is_matrix], output_types=[bn.outputs[0].type])
     branch.source = linear.source
     branch.insert_before(linear)
