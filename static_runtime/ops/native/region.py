@@ -343,10 +343,7 @@ def _show_one(k: Any) -> str:
         return k.__name__
     shape, stride, dtype = k
     text = f"{str(dtype).removeprefix('torch.')}{list(shape)}"
-    dense, step = [], 1
-    for n in reversed(shape):
-        dense.insert(0, step)
-        step *= max(n, 1)
+    dense = torch.empty(shape, device="meta").stride()
     if any(n > 1 and s != d for n, s, d in zip(shape, stride, dense)):
         text += f" strides {tuple(stride)}"
     return text
