@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 import static_runtime as sr
+from static_runtime.runtime.hot import wait_for_builds
 
 #: Option sets every case runs under: everything on (the defaults — generated code —, plus
 #: verifying every memory plan), a minimal pipeline on the reference interpreter (no
@@ -141,6 +142,10 @@ def check(model: Any, inputs: Sequence[Any], second_inputs: Sequence[Any] | None
             assert_same(actual, expected, f"{where} output", **tol)
             assert_same(ours_in, before, f"{where} input (must be unchanged)")
             held.append((actual, _snapshot(actual)))
+            if k == 0:
+                # the shape program made after the first call (on a background thread) lays
+                # out the second input set's sizes: checked too, not left to timing
+                wait_for_builds()
         for k, (actual, snap) in enumerate(held):
             assert_same(actual, snap, f"[{name} options] output of call {k} after later calls")
     return modules

@@ -15,10 +15,11 @@ allocating call for that value.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -40,8 +41,10 @@ PLANNERS: dict[str, Callable[[Sequence[TensorRequest], int], MemoryPlan]] = {
 }
 
 
-@dataclass(frozen=True)
-class TensorSpec:
+class TensorSpec(NamedTuple):
+    """Where one managed value lives for one signature, and as what. (A named tuple: a
+    shape program makes one per value for each new size, on the request path.)"""
+
     slot: int
     name: str
     dtype: torch.dtype
@@ -78,6 +81,13 @@ class ArenaLayout:
     @property
     def arena_bytes(self) -> int:
         return self.plan.arena_bytes
+
+    @functools.cached_property
+    def frame(self) -> tuple:
+        """Where each arena value lives and as what: two layouts with the same frame differ
+        only in shapes, and one runtime's tensors serve both (``reshape_in_place``)."""
+        return (id(self.plan), tuple((s.slot, s.dtype, s.offset, s.region)
+                                     for s in self.specs))
 
 
 @dataclass(frozen=True)
@@ -150,7 +160,8 @@ def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observ
     regions = {spec.slot: spec for spec in base.specs} if base is not None else {}
     if regions and all(slot in regions and nbytes <= regions[slot].region
                        for slot, nbytes in sizes.items()):
-        plan = dataclasses.replace(base.plan, unplanned_bytes=unplanned_bytes)
+        plan = base.plan if base.plan.unplanned_bytes == unplanned_bytes else \
+            dataclasses.replace(base.plan, unplanned_bytes=unplanned_bytes)
         specs = tuple(
             TensorSpec(slot, regions[slot].name, *dims[slot][:2], regions[slot].offset,
                        sizes[slot], dims[slot][2], regions[slot].region)
@@ -180,8 +191,47 @@ def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observ
     return ArenaLayout(plan, specs, frozenset(unmanaged), tuple(outputs), offset, checked)
 
 
+def refit(base: ArenaLayout, slots: Sequence[int], dtypes: Sequence[torch.dtype],
+          sizes: Sequence[tuple[tuple[int, ...], tuple[int, ...] | None]]) -> ArenaLayout | None:
+    """``base`` with each managed value's dtype, shape and strides replaced (``slots[i]``
+    becomes a ``dtypes[i]`` tensor of ``sizes[i] = (shape, strides or None for row-major)``;
+    every value ``base`` places must be among them, arena and outputs), if every value fits
+    the region ``base`` reserved for it; else None. The plan object is ``base``'s own: a
+    runtime switching between two such layouts keeps its tensors' places
+    (``Interpreter.install``)."""
+    by_slot = {slot: (dtype, size) for slot, dtype, size in zip(slots, dtypes, sizes)}
+    specs = []
+    prod = math.prod
+    for spec in base.specs:
+        v = by_slot.get(spec.slot)
+        if v is None:
+            return None
+        dtype, (shape, strides) = v
+        nbytes = prod(shape) * _element_size(dtype)
+        if nbytes > spec.region:
+            return None
+        specs.append(TensorSpec(spec.slot, spec.name, dtype, shape, spec.offset, nbytes,
+                                strides, spec.region))
+    outputs, offset = [], 0
+    for spec in base.outputs:
+        v = by_slot.get(spec.slot)
+        if v is None or v[1][1] is not None:
+            return None
+        dtype, (shape, _) = v
+        nbytes = prod(shape) * _element_size(dtype)
+        outputs.append(TensorSpec(spec.slot, spec.name, dtype, shape, offset, nbytes))
+        offset += align(nbytes, DEFAULT_ALIGNMENT)
+    return ArenaLayout(base.plan, tuple(specs), base.unmanaged, tuple(outputs), offset, True)
+
+
+_ELEMENT_SIZES: dict[torch.dtype, int] = {}
+
+
 def _element_size(dtype: torch.dtype) -> int:
-    return torch.empty((), dtype=dtype, device="meta").element_size()
+    size = _ELEMENT_SIZES.get(dtype)
+    if size is None:
+        size = _ELEMENT_SIZES[dtype] = torch.empty((), dtype=dtype, device="meta").element_size()
+    return size
 
 
 def allocate_arena(nbytes: int) -> torch.Tensor:
@@ -196,8 +246,9 @@ def aligned_start(arena: torch.Tensor) -> int:
 
 def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor) -> dict[int, torch.Tensor]:
     """One tensor per spec, over ``arena`` (which must outlive them: the tensors do not own
-    their memory)."""
-    need = max((s.offset + s.nbytes for s in specs), default=0)
+    their memory). Each tensor's storage is the value's whole region: it may be reshaped
+    within it (``reshape_in_place``) but never grow past it."""
+    need = max((s.offset + s.region for s in specs), default=0)
     if arena.numel() < need + DEFAULT_ALIGNMENT:
         raise ValueError("arena too small for the layout")
     base = arena.data_ptr() + aligned_start(arena)
@@ -205,11 +256,22 @@ def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor) -> dict[int, t
     tensors: dict[int, torch.Tensor] = {}
     for spec in specs:
         storage = torch._C._construct_storage_from_data_pointer(
-            base + spec.offset, cpu, spec.nbytes)
+            base + spec.offset, cpu, spec.region)
         t = torch.empty(0, dtype=spec.dtype).set_(
             storage, 0, spec.shape, spec.strides or _contiguous_strides(spec.shape))
         tensors[spec.slot] = t
     return tensors
+
+
+def reshape_in_place(tensors: dict[int, torch.Tensor] | list, specs: Sequence[TensorSpec]
+                     ) -> None:
+    """Give each spec's tensor (made by ``materialize`` for a spec at the same offset and
+    region) the spec's dtype-compatible shape and strides, in place."""
+    for spec in specs:
+        if spec.strides is None:
+            tensors[spec.slot].resize_(spec.shape)
+        else:
+            tensors[spec.slot].as_strided_(spec.shape, spec.strides)
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -41,6 +41,14 @@ class LayoutCache:
             while len(self._items) > self.maxsize:
                 self._items.popitem(last=False)
 
+    def discard(self, key: Hashable) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+
+    def most_recent_item(self) -> tuple[Hashable, Any] | None:
+        with self._lock:
+            return next(reversed(self._items.items()), None)
+
     def most_recent(self) -> Any | None:
         with self._lock:
             return next(reversed(self._items.values()), None)

@@ -90,6 +90,11 @@ class MemoryPlan:
     algorithm: str
     alignment: int
     unplanned_bytes: int = 0
+    #: when a shape program lays out this plan's sizes (``runtime/symbolic.py``): each size
+    #: symbol and where its value comes from (``s0`` → ``x.size(1)``) ...
+    symbols: dict[str, str] = field(default_factory=dict, compare=False)
+    #: ... and each tensor's shape in those symbols (``(1, s0, 128)``)
+    shapes: dict[str, str] = field(default_factory=dict, compare=False)
     _by_name: dict[str, Placement] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -141,6 +146,9 @@ class MemoryPlan:
                 f"({self.ratio:.2f}x)")
         if self.unplanned_bytes:
             line += f", {format_bytes(self.unplanned_bytes)} unplanned"
+        if self.symbols:
+            line += "; sizes symbolic in " + ", ".join(
+                f"{s} = {where}" for s, where in self.symbols.items())
         return line
 
     def timeline(self, width: int = 80) -> str:

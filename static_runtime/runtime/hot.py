@@ -70,7 +70,11 @@ class BackgroundBuilder:
             self._pending.add(key)
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix=self._name)
-        self._pool.submit(self._run, key, build)
+        try:
+            self._pool.submit(self._run, key, build)
+        except RuntimeError:  # the interpreter is shutting down: nothing left to build for
+            with self._lock:
+                self._pending.discard(key)
 
     def _run(self, key: Hashable, build: Callable[[], object]) -> None:
         try:
@@ -85,11 +89,17 @@ class BackgroundBuilder:
                 self._pending.discard(key)
 
     def wait(self) -> None:
-        """Block until every build asked for so far has finished (tests, benchmarks)."""
-        with self._lock:
-            pool = self._pool
-        if pool is not None:
+        """Block until every build asked for so far has finished, and any build those asked
+        for in turn (tests, benchmarks)."""
+        while True:
+            with self._lock:
+                pool = self._pool
+            if pool is None:
+                return
             pool.submit(lambda: None).result()
+            with self._lock:
+                if not self._pending:
+                    return
 
 
 #: Every live builder, for ``wait_for_builds``.

@@ -23,6 +23,7 @@ from static_runtime.memory.arena import (
     materialize,
     observe,
     owning_view,
+    reshape_in_place,
 )
 from static_runtime.memory.cache import LayoutCache, signature, structure
 from static_runtime.memory.lifetimes import Lifetimes
@@ -30,6 +31,7 @@ from static_runtime.memory.planner import DEFAULT_ALIGNMENT
 from static_runtime.runtime.checks import OutVariantChecks
 from static_runtime.runtime.futures import fork
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
+from static_runtime.runtime.symbolic import ShapeProgram, ShapePrograms
 
 
 def annotate(e: BaseException, pn: ProcessedNode) -> None:
@@ -55,6 +57,11 @@ class MemoryConfig:
     #: per structure, the layout of the sizes recorded last: its regions hold every size of
     #: that structure seen so far, so a new size that fits is laid out without planning
     largest: dict = field(default_factory=dict)
+    #: per structure, the shape programs that lay out a new size without a recording call
+    #: (``runtime/symbolic.py``; None: off)
+    programs: ShapePrograms | None = None
+    #: the graph's input names (for the programs' descriptions)
+    input_names: tuple[str, ...] = ()
 
 
 class Interpreter:
@@ -83,6 +90,8 @@ class Interpreter:
         self._verifying = False
         self._checks = memory.checks if memory is not None else None
         self._managed = plan.managed_slots + plan.output_slots
+        #: the program that laid out the current layout, until its first call confirmed it
+        self._confirm: ShapeProgram | None = None
 
     # -- one call
     def run(self, inputs: list[Any]) -> list[Any]:
@@ -107,7 +116,7 @@ class Interpreter:
                 self._check_outputs_dropped()
             key = signature(inputs)
             if key != self._key:
-                self._switch(key)
+                self._switch(key, inputs)
 
     def end(self, inputs: list[Any]) -> list[Any]:
         """The call's outputs (after planning memory, if this call was a recording)."""
@@ -122,6 +131,8 @@ class Interpreter:
         if self._verifying:
             self._checks.mark_checked(self.layout)
             self._verifying = False
+        if self._confirm is not None:
+            self._confirm_program()
         if self._recording:
             self._finish_recording(inputs)
         elif self.layout is not None and self.layout.outputs:
@@ -170,13 +181,16 @@ class Interpreter:
             values[s] = None
 
     # -- managed memory
-    def _switch(self, key: tuple) -> None:
+    def _switch(self, key: tuple, inputs: list[Any]) -> None:
         self._key = key
-        layout = self.memory.layouts.get(key)
+        memory = self.memory
+        layout = memory.layouts.get(key)
         if layout is not None:
             self.install(layout)
             self._verifying = self._checks is not None and not self._checks.layout_checked(
                 layout)
+            return
+        if memory.programs is not None and self._lay_out(key, inputs):
             return
         # A signature never seen: this call allocates, and its sizes make the plan.
         self._recording = True
@@ -186,12 +200,60 @@ class Interpreter:
             self.values[s] = None
         self.unkept = set(self._managed)
 
+    def _lay_out(self, key: tuple, inputs: list[Any]) -> bool:
+        """Lay out a new size with a shape program of its structure, if one covers it."""
+        memory = self.memory
+        shape_free = structure(key)
+        base = memory.largest.get(shape_free)
+        if base is None:
+            return False
+        for program in memory.programs.get(shape_free):
+            layout = program.layout(inputs, base, memory.lifetimes, self.plan.slot_of,
+                                    memory.planner)
+            if layout is not None:
+                memory.largest[shape_free] = layout
+                if memory.verify:
+                    layout.plan.verify()
+                memory.layouts.put(key, layout)
+                self.install(layout)
+                self._verifying = False
+                self._confirm = program
+                served = memory.programs.served
+                served[id(program)] = served.get(id(program), 0) + 1
+                return True
+        return False
+
+    def _confirm_program(self) -> None:
+        """After the first call from a layout a shape program made: every arena tensor has
+        the shape the program said (an out variant resizes one that differs). If not, the
+        program is retired and the layout dropped: this call's results are right either
+        way, the next call of this size records."""
+        program, self._confirm = self._confirm, None
+        values, unkept, layout = self.values, self.unkept, self.layout
+        for spec in (*layout.specs, *layout.outputs):
+            t = values[spec.slot]
+            if spec.slot not in unkept and t is not None and tuple(t.shape) != spec.shape:
+                shape_free = structure(self._key)
+                self.memory.programs.retire(
+                    shape_free, program, f"{spec.name} came out "
+                    f"{list(t.shape)}, the program said {list(spec.shape)}")
+                self.memory.layouts.discard(self._key)
+                self.memory.largest.pop(shape_free, None)
+                self._key = None  # the next call switches again
+                return
+
     def _finish_recording(self, inputs: list[Any]) -> None:
         checked = self._record_checked
         layout = self.record_layout(inputs, checked=checked)
         self.install(layout)
         if checked:
-            self.memory.structures.add(structure(self._key))
+            memory = self.memory
+            shape_free = structure(self._key)
+            memory.structures.add(shape_free)
+            if memory.programs is not None:
+                # no program covered these sizes: have one made from them
+                memory.programs.schedule(shape_free, self.plan, inputs, self._checks,
+                                         list(memory.input_names))
         else:
             self._verifying = True  # its first call from the arena checks the out variants
 
@@ -231,6 +293,16 @@ class Interpreter:
 
     def install(self, layout: ArenaLayout) -> None:
         """Make ``layout`` current: managed slots hold tensors over this runtime's arena."""
+        current = self.layout
+        refused = self._checks.refused_slots if self._checks is not None else frozenset()
+        if (current is not None and not layout.outputs and not current.outputs
+                and current.plan is layout.plan and current.frame == layout.frame
+                and self.unkept == layout.unmanaged | refused):
+            # another size in the same places (a shape program's layout): reshape in place
+            reshape_in_place(self.values, layout.specs)
+            self.layout = layout
+            self._recording = False
+            return
         if self.arena is None or self.arena.numel() < layout.arena_bytes + DEFAULT_ALIGNMENT:
             self.arena = allocate_arena(layout.arena_bytes)
         tensors = materialize(layout.specs, self.arena)
@@ -242,7 +314,6 @@ class Interpreter:
                 self.output_arena = allocate_arena(layout.output_bytes)
                 self._output_baseline = _storage_use_count(self.output_arena)
             tensors.update(materialize(layout.outputs, self.output_arena))
-        refused = self._checks.refused_slots if self._checks is not None else frozenset()
         for s in self._managed:
             self.values[s] = tensors.get(s) if s not in refused else None
         self.unkept = set(layout.unmanaged) | refused

@@ -8,6 +8,7 @@ runtime from a pool, so a module may be called from many threads at once.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections import Counter
@@ -22,7 +23,7 @@ from static_runtime.frontend import import_model
 from static_runtime.frontend.export import ExportSignature, is_pt2, split_example
 from static_runtime.ir.graph import Graph
 from static_runtime.ir.verifier import verify
-from static_runtime.memory.cache import LayoutCache
+from static_runtime.memory.cache import LayoutCache, structure
 from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.lifetimes import analyze as analyze_lifetimes
 from static_runtime.memory.planner import MemoryPlan, plan_best
@@ -37,6 +38,7 @@ from static_runtime.runtime.futures import check_launcher, using_launcher
 from static_runtime.runtime.interpreter import Interpreter, MemoryConfig
 from static_runtime.runtime.options import StaticModuleOptions
 from static_runtime.runtime.plan import Control, ExecutionPlan, build_plan, may_hold_list_or_dict
+from static_runtime.runtime.symbolic import ShapePrograms
 
 _inference_mode_enabled = torch.is_inference_mode_enabled
 
@@ -111,9 +113,11 @@ class StaticModule:
         #: verdicts on out variants (``runtime/checks.py``), None when trusted
         self.out_variant_checks = OutVariantChecks() if (
             manage and self.options.check_out_variants) else None
-        self._memory = MemoryConfig(self.lifetimes, self.layouts, self.options.memory_planner,
-                                    self.options.verify_memory_plans,
-                                    self.out_variant_checks) if manage else None
+        self._memory = MemoryConfig(
+            self.lifetimes, self.layouts, self.options.memory_planner,
+            self.options.verify_memory_plans, self.out_variant_checks,
+            programs=ShapePrograms() if self.options.shape_programs else None,
+            input_names=tuple(v.name for v in self.graph.inputs)) if manage else None
         self.binder = make_binder(self.graph)
         #: rebuilds the user's output structure from the graph's flat outputs (an exported
         #: program returning a tuple, list or dict), or None: one output returned as is
@@ -164,8 +168,19 @@ class StaticModule:
         return latest.source
 
     def memory_plan(self) -> MemoryPlan:
-        """The memory plan of the most recently planned input signature."""
-        layout = self.layouts.most_recent()
+        """The memory plan of the most recently planned input signature; where a shape
+        program lays out that signature's structure, with the size symbols and each
+        tensor's shape in them (``MemoryPlan.symbols``, ``.shapes``)."""
+        item = self.layouts.most_recent_item()
+        layout = item[1] if item is not None else None
+        if layout is not None and self._memory.programs is not None:
+            programs = self._memory.programs.get(structure(item[0]))
+            if programs:
+                names = {slot: v.name for v, slot in self.plan.slot_of.items()}
+                shapes = {names[slot]: text for slot, text in programs[0].shapes.items()
+                          if names[slot] in layout.plan}
+                return dataclasses.replace(layout.plan, symbols=dict(programs[0].symbols),
+                                           shapes=shapes)
         if layout is None and self._memory is not None and not (
                 self.plan.managed_slots or self.plan.output_slots):
             return plan_best([])  # nothing to manage: an empty arena
@@ -280,6 +295,8 @@ class StaticModule:
             lines.append(f"{pn.node.schema_name() or pn.kind:40s} {tier:12s} {label}{kept}{where}")
         counts = ", ".join(f"{n} {t}" for t, n in self.tier_counts().items())
         lines.append(f"tiers: {counts}")
+        if self._memory is not None and self._memory.programs is not None:
+            lines.extend(self._memory.programs.describe())
         checks = self.out_variant_checks
         if checks is not None and checks.refused:
             lines.append(f"out variants refused ({len(checks.refused)}), run functionally:")

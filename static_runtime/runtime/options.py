@@ -85,6 +85,11 @@ class StaticModuleOptions:
     #: every size (``runtime/hot.py``). 0: each signature's code is specialised on its first
     #: call from the arena, while that call waits.
     specialize_after: int = 8
+    #: Lay out a new input size without a recording call: once a signature structure
+    #: (dtypes, ranks) has recorded, a background thread runs the graph on fake tensors with
+    #: symbolic sizes and makes a *shape program* (``runtime/symbolic.py``) that gives every
+    #: managed tensor's shape for any size its guards admit.
+    shape_programs: bool = True
     #: "best" (the smaller arena of the two), "greedy_by_size" or "storage_groups".
     memory_planner: str = "best"
     #: Freeze TorchScript modules before import (the seed's freezing pass).

@@ -48,7 +48,6 @@ Soundness rules:
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -388,9 +387,9 @@ def _run_on(pn: ProcessedNode, facts: list[Fact | None], real: bool, fact) -> li
         return []
     fn = pn.fn if real else _meta_callable(pn)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            value = fn(*args)
+        # (no ``warnings.catch_warnings`` here: this runs on a background thread too, and
+        # that context swaps the process-wide filters under every other thread)
+        value = fn(*args)
     except Exception:  # noqa: BLE001  (needs data, or would raise: leave it to the call)
         return []
     values = [value] if len(pn.outputs) == 1 else list(value)

@@ -1,0 +1,242 @@
+"""Shape programs (``runtime/symbolic.py``): a new input size laid out from integer
+expressions of the input sizes, without a recording call; what the program cannot cover
+records as before; results equal eager on every size."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch import Tensor
+
+import static_runtime as sr
+from static_runtime.runtime.hot import wait_for_builds
+from static_runtime.runtime.symbolic import Unsupported, build_program
+
+
+def _script(f):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.jit.script(f)
+
+
+def _trace(f, *example):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.jit.trace(f, example, check_trace=False)
+
+
+class Encoder(torch.nn.Module):
+    """A text encoder as tracing records one: the length turned into a tensor and read back
+    (``prim::NumToTensor`` → ``aten::Int``), a slice of a position buffer by it, attention."""
+
+    def __init__(self, width: int = 16, positions: int = 64):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.embed = torch.nn.Embedding(50, width)
+        self.pos = torch.nn.Parameter(torch.randn(positions, width, generator=g))
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+        self.norm = torch.nn.LayerNorm(width)
+
+    def forward(self, ids, mask):
+        n = ids.size(1)
+        h = self.embed(ids) + self.pos[:n]
+        q, k, v = self.qkv(h).chunk(3, dim=-1)
+        scores = q @ k.transpose(1, 2) / 4.0 + (1.0 - mask[:, None, :].float()) * -1e4
+        h = self.norm(h + self.out(torch.softmax(scores, -1) @ v))
+        return torch.nn.functional.gelu(h).mean(1)
+
+
+def _sentence(n: int, batch: int = 1, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 50, (batch, n), generator=g), torch.ones(batch, n, dtype=torch.long)
+
+
+def _served(mod: sr.StaticModule) -> int:
+    return sum(mod._memory.programs.served.values())
+
+
+@pytest.mark.parametrize("executor", ["codegen", "interpreter"])
+def test_new_lengths_are_laid_out_by_the_program_and_equal_eager(executor):
+    model = Encoder().eval()
+    mod = sr.StaticModule(_trace(model, *_sentence(12)),
+                          sr.StaticModuleOptions(executor=executor, verify_memory_plans=True))
+    mod(*_sentence(40))  # the largest first: later lengths fit its regions
+    wait_for_builds()
+    assert mod._memory.programs.failures == {}
+    misses = mod.layouts.misses
+    for n in (7, 23, 31, 2, 17, 40, 9, 33):
+        ids, mask = _sentence(n, seed=n)
+        before = (ids.clone(), mask.clone())
+        got = mod(ids, mask)
+        again = mod(ids, mask)
+        with torch.no_grad():
+            want = model(ids, mask)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(again, want)
+        torch.testing.assert_close((ids, mask), before)
+    # every new length but the one seen was laid out by the program: no recording call
+    assert _served(mod) == 7
+    assert mod.layouts.misses - misses == 7
+    text = mod.describe()
+    assert "shape program for (int64 rank 2, int64 rank 2)" in text
+    assert "laid out 7 sizes without a recording call" in text
+    plan = mod.memory_plan()
+    assert plan.symbols and "size(1)" in next(iter(plan.symbols.values()))
+    assert "sizes symbolic in" in plan.summary()
+
+
+def test_a_size_outside_the_guards_records_and_gets_a_program_of_its_own():
+    """A branch on a size: the program made on one side covers only that side; a size on
+    the other side records (correctly), and a second program covers that side."""
+
+    def f(x: Tensor) -> Tensor:
+        y = torch.relu(x * 2)
+        if x.size(0) > 4:
+            z = torch.cat([y, y], 1)
+        else:
+            z = y + 1
+        return torch.sigmoid(z) * 3
+
+    s = _script(f)
+    mod = sr.StaticModule(s, sr.StaticModuleOptions(verify_memory_plans=True))
+    mod(torch.randn(3, 5))
+    wait_for_builds()
+    programs = mod._memory.programs
+    structure = next(iter(programs._items))
+    assert len(programs.get(structure)) == 1
+    for n in (2, 4, 1):  # inside the first program's guards (n <= 4)
+        x = torch.randn(n, 5)
+        torch.testing.assert_close(mod(x), s(x))
+    assert _served(mod) == 2  # n == 1 is outside: the program was made from n = 3, not 1
+    x = torch.randn(9, 5)  # outside: records
+    torch.testing.assert_close(mod(x), s(x))
+    wait_for_builds()
+    assert len(programs.get(structure)) >= 2
+    served = _served(mod)
+    for n in (6, 12, 5):
+        x = torch.randn(n, 5)
+        torch.testing.assert_close(mod(x), s(x))
+        torch.testing.assert_close(mod(x), s(x))
+    assert _served(mod) == served + 3
+
+
+def test_memory_stays_bounded_over_thousands_of_sizes():
+    def f(x: Tensor) -> Tensor:
+        y = torch.relu(x @ x.t())
+        return (y + 1).sum(0)
+
+    s = _script(f)
+    mod = sr.StaticModule(s, sr.StaticModuleOptions(plan_cache_size=16))
+    g = torch.Generator().manual_seed(0)
+    sizes = torch.randint(1, 600, (2000,), generator=g).tolist()
+    for n in sizes:
+        x = torch.randn(n, 3, generator=g)
+        torch.testing.assert_close(mod(x), s(x))
+        if n == sizes[0]:
+            wait_for_builds()
+    assert len(mod.layouts) <= 16
+    largest = max(sizes)
+    alone = sr.StaticModule(s)
+    alone(torch.randn(largest, 3))
+    assert mod.memory_plan().arena_bytes <= 1.05 * alone.memory_plan().lower_bound_bytes
+    assert _served(mod) > 1000
+
+
+def test_what_a_program_cannot_follow_records_as_before_and_says_why():
+    def data_dependent(x: Tensor) -> Tensor:
+        n = int(x[0])
+        return torch.ones(n) + torch.ones(n) * x[1]
+
+    def looped(x: Tensor) -> Tensor:
+        y = torch.relu(x * 2)
+        for _ in range(x.size(0)):
+            y = torch.cat([y, x])
+        return torch.sigmoid(y) + 1
+
+    for f, reason in ((data_dependent, "read from a tensor's data"), (looped, "loops")):
+        s = _script(f)
+        mod = sr.StaticModule(s)
+        x = torch.tensor([4.0, 3.0])
+        torch.testing.assert_close(mod(x), s(x))
+        wait_for_builds()
+        assert reason in mod.describe()
+        for y in (torch.tensor([6.0, 5.0, 1.0]), torch.tensor([2.0, 1.0])):
+            torch.testing.assert_close(mod(y), s(y))
+            torch.testing.assert_close(mod(y), s(y))
+        assert _served(mod) == 0
+
+
+def test_build_program_refuses_a_users_operator():
+    @torch.library.custom_op("sr_symbolic::twice", mutates_args=())
+    def twice(x: Tensor) -> Tensor:
+        return x * 2
+
+    @twice.register_fake
+    def _(x):
+        return torch.empty_like(x)
+
+    def f(x):
+        return torch.ops.sr_symbolic.twice(x) + 1
+
+    mod = sr.StaticModule(_trace(f, torch.randn(3)))
+    with pytest.raises(Unsupported, match="user's operator"):
+        build_program(mod.plan, [torch.randn(3)])
+
+
+def test_a_wrong_program_is_retired_and_the_call_is_still_right():
+    """The first call from a program's layout compares the arena tensors' shapes with the
+    program's: a program that got them wrong is retired with a warning, and no answer is
+    wrong meanwhile (an out variant resizes what is too small or the runtime allocates)."""
+
+    def f(x: Tensor) -> Tensor:
+        return torch.cat([x, x]).relu() + 1
+
+    s = _script(f)
+    mod = sr.StaticModule(s)
+    mod(torch.randn(8, 3))
+    wait_for_builds()
+    programs = mod._memory.programs
+    structure = next(iter(programs._items))
+    good = programs.get(structure)[0]
+
+    def wrong(inputs):
+        got = good.evaluate(inputs)
+        return None if got is None else tuple(((1,) + shape[1:], st) for shape, st in got)
+
+    programs._items[structure] = [type(good)(good.source, wrong, good.slots, good.dtypes,
+                                             good.symbols, good.shapes, good.guards)]
+    x = torch.randn(5, 3)
+    with pytest.warns(RuntimeWarning, match="shape program was retired"):
+        torch.testing.assert_close(mod(x), s(x))
+    assert programs.get(structure) == []
+    for n in (5, 6, 5):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(mod(x), s(x))
+
+
+def test_a_torch_export_program_with_a_dim_gets_a_shape_program():
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    batch = torch.export.Dim("batch", min=1, max=256)
+    ep = torch.export.export(model.eval(), (torch.randn(4, 6),),
+                             dynamic_shapes=({0: batch},))
+    mod = sr.StaticModule(ep)
+    mod(torch.randn(4, 6))
+    wait_for_builds()
+    for n in (3, 17, 2, 100):
+        x = torch.randn(n, 6)
+        with torch.no_grad():
+            torch.testing.assert_close(mod(x), model(x))
+    assert _served(mod) == 4
+
+
+def test_programs_off():
+    mod = sr.StaticModule(_trace(Encoder().eval(), *_sentence(12)),
+                          sr.StaticModuleOptions(shape_programs=False))
+    mod(*_sentence(20))
+    wait_for_builds()
+    mod(*_sentence(10))
+    assert mod._memory.programs is None
+    assert "shape program" not in mod.describe()
