@@ -28,7 +28,8 @@ model's own ``scripted()`` module (traced for the Hugging Face models, which can
 scripted); ONNX Runtime on an export of the eager model (or of the scripted one). The number
 of calls per sample is chosen per case so that a sample of the slowest runner takes about
 ``--sample-ms``. Reported: µs per call, ours ÷ C++ SR, ours ÷ the faster of frozen
-TorchScript and C++ SR, and the geometric mean of ours ÷ C++ SR over all cases. The
+TorchScript and C++ SR, ours ÷ ONNX Runtime, and their geometric means over all cases (ours ÷
+ORT also at batch 1 and at the larger batches, and its worst case). The
 kernel-replay overhead figures are not measured for the zoo. ``--quick`` is fewer, shorter
 samples (a smoke run). JSON in ``benchmarks/results/zoo_latency.json``.
 
@@ -475,8 +476,9 @@ def _print_tables(rows: list[dict], peers: tuple[str, ...], repeats: int, calls:
     _print_notes(rows, console)
 
 
-def _zoo_ratios(row: dict) -> tuple[float | None, float | None]:
-    """(ours ÷ C++ SR, ours ÷ the faster of frozen TorchScript and C++ SR) of one case."""
+def _zoo_ratios(row: dict) -> tuple[float | None, float | None, float | None]:
+    """(ours ÷ C++ SR, ours ÷ the faster of frozen TorchScript and C++ SR, ours ÷ ONNX
+    Runtime) of one case; None where a side did not run."""
     rs = row.get("runners", {})
 
     def median(name: str) -> float | None:
@@ -484,8 +486,42 @@ def _zoo_ratios(row: dict) -> tuple[float | None, float | None]:
         return None if r.get("note") else r.get("median_us")
 
     ours, cpp, ts = median(OURS), median("pytorch_static_runtime"), median("torchscript")
+    ort = median("onnxruntime")
     best = min((x for x in (cpp, ts) if x), default=None)
-    return (ours / cpp if ours and cpp else None, ours / best if ours and best else None)
+    return (ours / cpp if ours and cpp else None, ours / best if ours and best else None,
+            ours / ort if ours and ort else None)
+
+
+def _ort_summary(rows: list[dict]) -> dict:
+    """Geomeans of ours ÷ ONNX Runtime over the cases where both ran: all, batch 1, and the
+    larger batches; the worst case."""
+    by_batch: dict[str, list[tuple[float, str]]] = {"all": [], "batch_1": [], "batch_gt_1": []}
+    for row in rows:
+        ratio = None if "error" in row else _zoo_ratios(row)[2]
+        if ratio is None:
+            continue
+        case = f"{row['model']}:{row['batch']}"
+        by_batch["all"].append((ratio, case))
+        by_batch["batch_1" if int(row["batch"]) == 1 else "batch_gt_1"].append((ratio, case))
+    summary: dict = {}
+    for key, xs in by_batch.items():
+        summary[f"geomean_ours_over_ort_{key}"] = _geomean([x for x, _ in xs])
+        summary[f"cases_ort_{key}"] = len(xs)
+    worst = max(by_batch["all"], default=None)
+    summary["worst_ours_over_ort"] = None if worst is None else {"ratio": worst[0],
+                                                                 "case": worst[1]}
+    return summary
+
+
+def _ort_text(summary: dict) -> str:
+    def f(key: str) -> str:
+        g = summary[f"geomean_ours_over_ort_{key}"]
+        return ("—" if g is None else f"{g:.3f}") + f" ({summary[f'cases_ort_{key}']} cases)"
+
+    worst = summary["worst_ours_over_ort"]
+    return (f"geomean ours ÷ ORT: {f('all')}; at batch 1 {f('batch_1')}, at larger batches "
+            f"{f('batch_gt_1')}" + ("" if worst is None else
+                                    f"; worst {worst['ratio']:.2f} ({worst['case']})"))
 
 
 def _fused_summary(rows: list[dict]) -> dict:
@@ -542,6 +578,9 @@ def _print_zoo_tables(rows: list[dict], peers: tuple[str, ...], repeats: int,
         table.add_column(SHORT[n], justify="right")
     table.add_column("ours÷C++ SR", justify="right")
     table.add_column("ours÷best(TS, C++ SR)", justify="right")
+    with_ort = "onnxruntime" in peers
+    if with_ort:
+        table.add_column("ours÷ORT", justify="right")
     cpp_ratios, best_ratios = [], []
     for row in rows:
         head = [row["model"], row.get("family", ""), row.get("compile", ""),
@@ -551,13 +590,13 @@ def _print_zoo_tables(rows: list[dict], peers: tuple[str, ...], repeats: int,
             continue
         rs = row["runners"]
         cells = _runner_cells(rs, names)
-        vs_cpp, vs_best = _zoo_ratios(row)
+        vs_cpp, vs_best, vs_ort = _zoo_ratios(row)
         if vs_cpp:
             cpp_ratios.append(vs_cpp)
         if vs_best:
             best_ratios.append(vs_best)
-        table.add_row(*head, *cells, *("—" if x is None else f"{x:.2f}"
-                                       for x in (vs_cpp, vs_best)))
+        ratios = (vs_cpp, vs_best, vs_ort) if with_ort else (vs_cpp, vs_best)
+        table.add_row(*head, *cells, *("—" if x is None else f"{x:.2f}" for x in ratios))
     console.print(table)
     summary = {"geomean_ours_over_cpp_sr": _geomean(cpp_ratios), "cases_cpp_sr": len(cpp_ratios),
                "geomean_ours_over_best": _geomean(best_ratios), "cases_best": len(best_ratios),
@@ -565,6 +604,9 @@ def _print_zoo_tables(rows: list[dict], peers: tuple[str, ...], repeats: int,
     if FUSED in peers:
         summary.update(_fused_summary(rows))
         console.print(_fused_text(summary))
+    if with_ort:
+        summary.update(_ort_summary(rows))
+        console.print(_ort_text(summary))
     g, gb = summary["geomean_ours_over_cpp_sr"], summary["geomean_ours_over_best"]
     console.print(f"geomean ours ÷ C++ SR over {len(cpp_ratios)} cases: "
                   + ("—" if g is None else f"{g:.3f}")

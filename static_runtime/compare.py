@@ -35,7 +35,9 @@ graph break) lists them in ``caveats``.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
 import re
 import statistics
 import tempfile
@@ -103,6 +105,11 @@ class _Setup:
     scripted: torch.jit.ScriptModule
     check_inputs: list[tuple]
     compile_backend: str
+    #: the ONNX exporters to try, in order (None: all of ``ONNX_EXPORTERS``)
+    exporters: tuple[str, ...] | None = None
+    #: a ``torch.export`` program, exported to ONNX by the ``dynamo`` exporter instead of
+    #: ``model`` (for a ``.pt2`` archive, whose ``model`` is the program's ``module()``)
+    program: Any = None
     caveats: list[str] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     #: run after setup and the first call are timed, before the timed calls (None: nothing)
@@ -244,8 +251,8 @@ ONNX_EXPORTERS = ("dynamo", "torchscript_scripted", "torchscript_traced")
 def _make_onnxruntime(s: _Setup) -> Callable[[], Any]:
     try:
         import onnxruntime as ort
-    except ImportError as e:
-        raise RuntimeError("onnxruntime is not installed (pip install -e '.[bench]')") from e
+    except ImportError:  # the note says what to do; the import's own message adds nothing
+        raise RuntimeError("onnxruntime is not installed (pip install -e '.[bench]')") from None
     options = ort.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()
     options.inter_op_num_threads = 1
@@ -260,7 +267,7 @@ def _make_onnxruntime(s: _Setup) -> Callable[[], Any]:
     refusals: list[str] = []
     chosen: tuple[Callable[[], Any], dict, list[str]] | None = None
     with tempfile.TemporaryDirectory() as tmp:
-        for exporter in ONNX_EXPORTERS:
+        for exporter in s.exporters or ONNX_EXPORTERS:
             path = Path(tmp) / f"{exporter}.onnx"
             caveats: list[str] = []
             attempt: dict[str, Any] = {"exporter": exporter}
@@ -324,7 +331,10 @@ def _onnx_op_counts(path: Path) -> dict[str, int]:
 
 
 def _with_defaults(model: torch.nn.Module, inputs: tuple) -> tuple:
-    bound = inspect.signature(model.forward).bind(*inputs)
+    try:
+        bound = inspect.signature(model.forward).bind(*inputs)
+    except (TypeError, ValueError):  # no Python signature (a loaded TorchScript method)
+        return inputs
     bound.apply_defaults()
     return tuple(bound.args)
 
@@ -336,6 +346,8 @@ def _onnx_export(s: _Setup, args: tuple, path: Path, exporter: str,
     if exporter == "dynamo":
         import onnxscript  # noqa: F401  (imported before timing: the exporter needs it)
     model = s.scripted if exporter == "torchscript_scripted" else s.model
+    if exporter == "dynamo" and s.program is not None:
+        model = s.program
     if exporter == "torchscript_scripted":
         # Scripted modules may not take None (it breaks type propagation); drop trailing ones.
         while args and args[-1] is None:
@@ -343,7 +355,9 @@ def _onnx_export(s: _Setup, args: tuple, path: Path, exporter: str,
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         start = time.perf_counter()
-        with torch.no_grad():
+        # The exporters narrate, in Python (the dynamo one's progress lines) and in C++ (the
+        # TorchScript one's graph at a failure, on std::cout): the exception says what failed.
+        with torch.no_grad(), contextlib.redirect_stdout(io.StringIO()), _quiet_fds(1, 2):
             torch.onnx.export(model, args, str(path), dynamo=exporter == "dynamo",
                               external_data=False, verbose=False)
         seconds = time.perf_counter() - start
@@ -570,12 +584,6 @@ def median_us(fns: dict[str, Callable[[], Any]], *, repeats: int = 15, calls: in
     return {name: t.median_us for name, t in timings.items()}
 
 
-# --------------------------------------------------------------------------- TorchScript archives
-
-ARCHIVE_RUNNERS = ("torchscript", "torchscript_frozen", "pytorch_static_runtime",
-                   "static_runtime")
-
-
 def _arena_bytes(mod: sr.StaticModule | None) -> Callable[[], int] | None:
     """Bytes of ``mod``'s most recent arena, read when asked (after the runner's calls)."""
     if mod is None:
@@ -588,99 +596,6 @@ def _arena_bytes(mod: sr.StaticModule | None) -> Callable[[], int] | None:
             return 0
 
     return held
-
-
-def make_archive_runners(path: str | Path, inputs: tuple, *,
-                         module: sr.StaticModule | None = None) -> list[Runner]:
-    """Runners for a TorchScript archive (``ARCHIVE_RUNNERS``; eager PyTorch is not
-    available: the archive holds no Python code): the TorchScript interpreter on
-    ``torch.jit.load(path)`` (the reference), the same frozen, PyTorch's C++ Static Runtime,
-    and ours (``module`` if given, else ``StaticModule(path)``). Peers that cannot run the
-    model are reported with a note, as by ``make_runners``."""
-    path = str(path)
-
-    def loaded() -> torch.jit.ScriptModule:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return torch.jit.load(path, map_location="cpu").eval()
-
-    def make_torchscript() -> Callable[[], Any]:
-        return _in_inference_mode(loaded(), inputs)
-
-    def make_frozen() -> Callable[[], Any]:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return _in_inference_mode(torch.jit.freeze(loaded()), inputs)
-
-    def make_cpp() -> Callable[[], Any]:
-        sm = torch._C._jit_to_static_module(loaded()._c)
-        return lambda: sm(*inputs)
-
-    held: dict[str, Callable[[], int] | None] = {}
-    make_ours = _ours_from_file(path, inputs, module, held)
-
-    return _runners_from({"torchscript": make_torchscript, "torchscript_frozen": make_frozen,
-                          "pytorch_static_runtime": make_cpp, "static_runtime": make_ours},
-                         held)
-
-
-# --------------------------------------------------------------------------- torch.export archives
-
-EXPORTED_RUNNERS = ("eager", "static_runtime")
-
-
-def make_exported_runners(path: str | Path, inputs: tuple, *,
-                          module: sr.StaticModule | None = None) -> list[Runner]:
-    """Runners for a ``torch.export.save`` archive (``.pt2``; ``EXPORTED_RUNNERS``): eager
-    PyTorch on ``torch.export.load(path).module()`` under inference mode (the program's own
-    reference), and ours (``module`` if given, else ``StaticModule(path)``). TorchScript and
-    PyTorch's C++ Static Runtime cannot run an exported program. Peers that cannot run the
-    model are reported with a note, as by ``make_runners``."""
-    path = str(path)
-
-    def make_eager() -> Callable[[], Any]:
-        return _in_inference_mode(torch.export.load(path).module(), inputs)
-
-    held: dict[str, Callable[[], int] | None] = {}
-    make_ours = _ours_from_file(path, inputs, module, held)
-
-    return _runners_from({"eager": make_eager, "static_runtime": make_ours}, held)
-
-
-def _ours_from_file(path: str, inputs: tuple, module: sr.StaticModule | None,
-                    held: dict[str, Callable[[], int] | None]) -> Callable[[], Callable[[], Any]]:
-    """The factory of our runner for a model file: ``module`` if given, else
-    ``StaticModule(path)``; records how to read its arena bytes in ``held``."""
-
-    def make_ours() -> Callable[[], Any]:
-        mod = module if module is not None else sr.StaticModule(path)
-        held["static_runtime"] = _arena_bytes(mod)
-        rt = mod.runtime()
-        return lambda: rt(*inputs)
-
-    return make_ours
-
-
-def _runners_from(factories: dict[str, Callable[[], Callable[[], Any]]],
-                  held: dict[str, Callable[[], int] | None]) -> list[Runner]:
-    """One ``Runner`` per factory, in order: built, then called once (outside timing; it also
-    proves the peer can run the model). ``held[name]``, filled in by a factory, reads the
-    bytes that runner keeps between calls."""
-    runners: list[Runner] = []
-    for name, factory in factories.items():
-        try:
-            start = time.perf_counter()
-            fn = factory()
-            setup = time.perf_counter() - start
-            start = time.perf_counter()
-            fn()
-            first = time.perf_counter() - start
-            runners.append(Runner(name, fn, setup, first_call_seconds=first,
-                                  held_bytes=held.get(name)))
-        except Exception as e:  # noqa: BLE001  (a peer that cannot run the model is reported)
-            runners.append(Runner(name, _refused(_reason(e)), float("nan"), note=_reason(e),
-                                  details={"error": f"{type(e).__name__}: {str(e)[:4000]}"}))
-    return runners
 
 
 # --------------------------------------------------------------------------- memory
@@ -741,23 +656,37 @@ def measure_memory(runner: Runner) -> MemoryFigures:
     return MemoryFigures(peak, allocated, count, held)
 
 
-class _quiet_stderr:
-    """Silence file descriptor 2 (the profiler's C++ start/stop log lines) for a block."""
+class _quiet_fds:
+    """Silence file descriptors ``fds`` (C++ code's output, which ``sys.stdout`` and
+    ``sys.stderr`` redirection cannot reach) for a block; Python's buffers are flushed first
+    so that nothing written before is lost."""
+
+    def __init__(self, *fds: int):
+        self._fds = fds or (2,)
 
     def __enter__(self):
         import os
         import sys
 
+        sys.stdout.flush()
         sys.stderr.flush()
-        self._saved = os.dup(2)
         self._null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(self._null, 2)
+        self._saved = []
+        for fd in self._fds:
+            self._saved.append(os.dup(fd))
+            os.dup2(self._null, fd)
         return self
 
     def __exit__(self, *exc):
         import os
 
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
+        for fd, saved in zip(self._fds, self._saved):
+            os.dup2(saved, fd)
+            os.close(saved)
         os.close(self._null)
         return False
+
+
+def _quiet_stderr() -> _quiet_fds:
+    """Silence file descriptor 2 (the profiler's C++ start/stop log lines) for a block."""
+    return _quiet_fds(2)

@@ -23,17 +23,20 @@ from . import (
     convolutional,
     decoders,
     encoders,
+    language_models,
+    modern_convnets,
     recommendation,
     recurrent,
     seq2seq,
+    time_series,
     vision_transformers,
 )
 from .spec import SCRIPT, TRACE, ZooModel
 
 __all__ = ["SCRIPT", "TRACE", "ZOO", "ZooModel"]
 
-_FAMILIES = (encoders, decoders, seq2seq, vision_transformers, recurrent, recommendation,
-             convolutional, audio, control_flow)
+_FAMILIES = (encoders, decoders, language_models, seq2seq, vision_transformers, recurrent,
+             time_series, recommendation, convolutional, modern_convnets, audio, control_flow)
 
 ZOO: dict[str, ZooModel] = {}
 for _family in _FAMILIES:

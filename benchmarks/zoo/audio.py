@@ -1,5 +1,6 @@
-"""1-D audio models on raw waveforms: a conv1d feature extractor with a GRU (scripted), and
-a small Hugging Face Wav2Vec2 from a config (traced)."""
+"""Audio models: on raw waveforms a conv1d feature extractor with a GRU (scripted) and a small
+Hugging Face Wav2Vec2 (traced); on log-mel spectrograms a small Whisper encoder (traced), the
+half of Whisper that speech pipelines run once per 30-second window."""
 
 from __future__ import annotations
 
@@ -44,6 +45,27 @@ def _wav2vec2() -> nn.Module:
         mask_time_prob=0.0))
 
 
+MEL_BINS, WHISPER_POSITIONS = 32, 50
+
+
+def _whisper_encoder() -> nn.Module:
+    import transformers
+
+    config = hf_config(transformers.WhisperConfig, num_mel_bins=MEL_BINS, d_model=64,
+                       encoder_layers=2, encoder_attention_heads=4, encoder_ffn_dim=256,
+                       decoder_layers=1, decoder_attention_heads=4, decoder_ffn_dim=256,
+                       max_source_positions=WHISPER_POSITIONS, vocab_size=1000,
+                       pad_token_id=0, bos_token_id=1, eos_token_id=2,
+                       decoder_start_token_id=1)
+    return transformers.WhisperModel(config).get_encoder()
+
+
+def _log_mel(batch: int, g: torch.Generator) -> tuple:
+    # the encoder's two convolutions (the second strided by 2) must map the frames onto its
+    # positions exactly: 2 × max_source_positions frames
+    return (torch.randn(batch, MEL_BINS, 2 * WHISPER_POSITIONS, generator=g),)
+
+
 def _waveform(batch: int, g: torch.Generator) -> tuple:
     return (torch.randn(batch, SAMPLES, generator=g) * 0.1,)
 
@@ -55,4 +77,7 @@ MODELS = [
     ZooModel("hf_wav2vec2", FAMILY, "Wav2Vec2Model: 4-layer conv feature encoder, positional "
              "conv, 2 transformer layers, hidden 64; 4000 samples", (1, 4), _wav2vec2,
              _waveform, TRACE),
+    ZooModel("hf_whisper_encoder", FAMILY, "WhisperEncoder: conv1d stem (GELU, stride 2), "
+             "sinusoidal positions, 2 pre-norm transformer layers, d_model 64, 4 heads; 32 mel "
+             "bins × 100 frames", (1, 8), _whisper_encoder, _log_mel, TRACE),
 ]

@@ -1,5 +1,6 @@
 """Recommendation models, scripted: sparse features through embedding tables gathered into
-lists in loops, a DCN-v2 cross network, a two-tower retrieval scorer."""
+lists in loops, a DCN-v2 cross network, DLRM's pairwise dot-product interaction, a two-tower
+retrieval scorer."""
 
 from __future__ import annotations
 
@@ -62,6 +63,34 @@ class CrossNetwork(nn.Module):
         return self.head(torch.cat([x, self.deep(x0)], dim=1))
 
 
+class DotInteraction(nn.Module):
+    """DLRM (arXiv:1906.00091) as facebookresearch/dlrm writes it: multi-hot ``EmbeddingBag``
+    features fed flat with offsets (one bag per sample per table), the bottom MLP's output
+    and the pooled embeddings stacked, every pair's dot product by one ``bmm``, the strictly
+    lower triangle gathered with constant indices, concatenated with the dense features, a
+    top MLP."""
+
+    def __init__(self, dim: int = 16):
+        super().__init__()
+        self.bags = nn.ModuleList([nn.EmbeddingBag(ROWS, dim, mode="sum")
+                                   for _ in range(TABLES)])
+        self.bottom = _mlp([DENSE, 64, dim])
+        pairs = (TABLES + 1) * TABLES // 2
+        self.top = _mlp([dim + pairs, 64, 32, 1], last_relu=False)
+        rows, cols = torch.tril_indices(TABLES + 1, TABLES + 1, offset=-1)
+        self.register_buffer("rows", rows, persistent=False)
+        self.register_buffer("cols", cols, persistent=False)
+
+    def forward(self, dense: Tensor, indices: Tensor, offsets: Tensor) -> Tensor:
+        x = self.bottom(dense)
+        features: list[Tensor] = [x]
+        for i, bag in enumerate(self.bags):
+            features.append(bag(indices[i], offsets[i]))
+        t = torch.stack(features, dim=1)
+        z = torch.bmm(t, t.transpose(1, 2))[:, self.rows, self.cols]
+        return torch.sigmoid(self.top(torch.cat([x, z], dim=1)))
+
+
 class TwoTower(nn.Module):
     """User and item towers (ID embedding + features through an MLP), L2-normalised; each
     user scored against every item of the batch (in-batch retrieval), top-k kept."""
@@ -96,6 +125,16 @@ def _multi_hot(batch: int, g: torch.Generator) -> tuple:
             torch.randint(0, ROWS, (batch, TABLES, 4), generator=g))
 
 
+def _bags(batch: int, g: torch.Generator) -> tuple:
+    """Per table, ``batch`` bags of 1 to 6 indices, flat, with their start offsets (the same
+    lengths for every table, as a batch of requests usually has)."""
+    lengths = torch.randint(1, 7, (batch,), generator=g)
+    offsets = torch.cumsum(lengths, 0) - lengths
+    indices = torch.randint(0, ROWS, (TABLES, int(lengths.sum())), generator=g)
+    return (torch.randn(batch, DENSE, generator=g), indices,
+            offsets.unsqueeze(0).expand(TABLES, batch).contiguous())
+
+
 def _towers(batch: int, g: torch.Generator) -> tuple:
     return (torch.randint(0, ROWS, (batch,), generator=g), torch.randn(batch, DENSE, generator=g),
             torch.randint(0, ROWS, (batch,), generator=g), torch.randn(batch, 6, generator=g))
@@ -106,6 +145,9 @@ MODELS = [
              "list + cat, bottom and top MLPs", (1, 64), EmbeddingMLP, _sparse, SCRIPT),
     ZooModel("dcn_v2", FAMILY, "8 multi-hot EmbeddingBag tables, 3 DCN-v2 cross layers beside "
              "a deep tower", (1, 64), CrossNetwork, _multi_hot, SCRIPT),
+    ZooModel("dlrm_dot", FAMILY, "DLRM: bottom MLP, 8 EmbeddingBag tables fed flat indices + "
+             "offsets, pairwise dot interaction (bmm + tril gather), top MLP", (1, 64),
+             DotInteraction, _bags, SCRIPT),
     ZooModel("two_tower", FAMILY, "user and item towers (ID embedding + MLP), normalised, "
              "in-batch scores, top-k", (1, 64), TwoTower, _towers, SCRIPT),
 ]

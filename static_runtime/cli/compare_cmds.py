@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from static_runtime import compare
+from static_runtime import compare, compare_files
 from static_runtime.cli.common import (
     CLIError,
     batched_specs,
@@ -37,13 +37,24 @@ PEER_TITLES = {
     "torchscript": "TorchScript",
     "torchscript_frozen": "TorchScript, frozen",
     "pytorch_static_runtime": "PyTorch C++ Static Runtime",
+    "onnxruntime": "ONNX Runtime",
+    "torch_compile": "torch.compile (inductor)",
     "static_runtime": "static_runtime (ours)",
 }
 
+#: Peers whose outputs differing from the reference's is reported, not an error of the
+#: command (which fails when a runtime meant to be exact disagrees): ONNX Runtime's fused
+#: kernels and Inductor's generated loops sum in other orders than ATen's.
+APPROXIMATE = ("onnxruntime", "torch_compile")
+#: Peers whose memory PyTorch's allocator does not see (the table shows "—")
+UNSEEN_MEMORY = ("onnxruntime",)
+
 MEMORY_NOTE = ("memory/call: the most tensor bytes live during a steady-state call (PyTorch's "
                "CPU allocator, seen through torch.profiler's memory events; outputs included, "
-               "weights not) plus the tensor bytes a runtime holds between calls (held: "
-               "ours, the arena). Setup: building the runtime from the model.")
+               "weights not; ONNX Runtime's own allocator is not seen) plus the tensor bytes a "
+               "runtime holds between calls (held: ours, the arena). Setup: building the "
+               "runtime from the model (ONNX Runtime: the export and the session; "
+               "torch.compile: compiling, which happens in the first call).")
 
 
 def _measure(runners: list[compare.Runner], *, reference: str, repeats: int, calls: int,
@@ -54,24 +65,33 @@ def _measure(runners: list[compare.Runner], *, reference: str, repeats: int, cal
     timings = compare.time_runners(runners, repeats=repeats, calls=calls, warmup=warmup,
                                    progress=progress)
     ours = timings.get("static_runtime")
-    memory = {r.name: compare.measure_memory(r) for r in runners if not r.note}
+    # ONNX Runtime allocates outside PyTorch's allocator, where the profiler cannot see it
+    memory = {r.name: compare.measure_memory(r) for r in runners
+              if not r.note and r.name not in UNSEEN_MEMORY}
     ours_mem = memory.get("static_runtime")
     rows = []
     for r in runners:
         row: dict[str, Any] = {"name": r.name, "title": PEER_TITLES.get(r.name, r.name),
-                               "note": r.note or None}
+                               "note": r.note or None, "caveats": list(r.caveats)}
+        if r.details.get("exporter"):
+            row["onnx_exporter"] = r.details["exporter"]
         if not r.note:
             t = timings[r.name].median_us
-            m = memory[r.name]
             row.update(
                 us_per_call=t, samples_us=timings[r.name].samples_us,
                 ours_over_this_time=ours.median_us / t if ours else None,
                 setup_seconds=r.setup_seconds, first_call_seconds=r.first_call_seconds,
-                peak_bytes=m.peak_bytes, held_bytes=m.held_bytes, total_bytes=m.total_bytes,
-                allocated_bytes=m.allocated_bytes, allocations=m.allocations,
-                ours_over_this_memory=(ours_mem.total_bytes / m.total_bytes
-                                       if ours_mem and m.total_bytes else None),
+                peak_bytes=None, held_bytes=None, total_bytes=None, allocated_bytes=None,
+                allocations=None, ours_over_this_memory=None,
                 agrees=agree[r.name], max_abs_error=errors[r.name])
+            m = memory.get(r.name)
+            if m is not None:
+                row.update(
+                    peak_bytes=m.peak_bytes, held_bytes=m.held_bytes,
+                    total_bytes=m.total_bytes, allocated_bytes=m.allocated_bytes,
+                    allocations=m.allocations,
+                    ours_over_this_memory=(ours_mem.total_bytes / m.total_bytes
+                                           if ours_mem and m.total_bytes else None))
         rows.append(row)
     return rows
 
@@ -90,15 +110,29 @@ def _table(rows: list[dict[str, Any]], title: str, reference: str) -> Table:
             table.add_row(row["title"], "—", "—", "—", "—", "—", "—", "—")
             continue
         ok = {True: "yes", False: "[red]NO[/red]", None: "—"}[row["agrees"]]
+        unseen = row["total_bytes"] is None
         table.add_row(row["title"], f"{row['us_per_call']:.1f}",
-                      _ratio(row["ours_over_this_time"]), format_bytes(row["total_bytes"]),
-                      format_bytes(row["held_bytes"]) if row["held_bytes"] else "0",
+                      _ratio(row["ours_over_this_time"]),
+                      "—" if unseen else format_bytes(row["total_bytes"]),
+                      "—" if unseen else format_bytes(row["held_bytes"]) if row["held_bytes"]
+                      else "0",
                       _ratio(row["ours_over_this_memory"]), f"{row['setup_seconds']:.3f}", ok)
     return table
 
 
 def _notes(rows: list[dict[str, Any]]) -> list[str]:
-    return [f"{r['title']} cannot run the model: {r['note']}" for r in rows if r["note"]]
+    """One line per peer that cannot run the model (why), per caveat of one that can, and
+    per approximate peer whose outputs differ from the reference's."""
+    lines = []
+    for r in rows:
+        if r["note"]:
+            lines.append(f"{r['title']} cannot run the model: {r['note']}")
+            continue
+        lines += [f"{r['title']}: {c}" for c in r.get("caveats", [])]
+        if r["name"] in APPROXIMATE and r.get("agrees") is False:
+            lines.append(f"{r['title']}: outputs differ from the reference's (max |Δ| "
+                         f"{r['max_abs_error']})")
+    return lines
 
 
 def _progress(console: Console) -> Progress:
@@ -107,7 +141,8 @@ def _progress(console: Console) -> Progress:
 
 
 def _disagreement(rows: list[dict[str, Any]]) -> list[str]:
-    return [r["title"] for r in rows if r.get("agrees") is False]
+    return [r["title"] for r in rows
+            if r.get("agrees") is False and r["name"] not in APPROXIMATE]
 
 
 # --------------------------------------------------------------------------- demo
@@ -191,12 +226,17 @@ def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, bat
     side, with ratios.
 
     A TorchScript archive (.pt): the TorchScript interpreter (the reference for outputs),
-    frozen TorchScript, PyTorch's C++ Static Runtime and static_runtime; eager PyTorch is not
-    among them: an archive holds no Python code.
+    frozen TorchScript, PyTorch's C++ Static Runtime, ONNX Runtime (on an ONNX export of the
+    archive), torch.compile (which refuses TorchScript: the table says so) and
+    static_runtime; eager PyTorch is not among them: an archive holds no Python code.
 
     A torch.export archive (.pt2, torch.export.save): eager PyTorch on the program
-    (torch.export.load(path).module(), the reference) and static_runtime; without --input or
-    --inputs-file, the example inputs the program was exported with."""
+    (torch.export.load(path).module(), the reference), ONNX Runtime (on an ONNX export of
+    the program), torch.compile of the program's module, and static_runtime; without
+    --input or --inputs-file, the example inputs the program was exported with.
+
+    ONNX Runtime runs when onnxruntime is installed (pip install -e '.[bench]'); a model it
+    cannot take (an export that fails) is one line under the table."""
     _positive(repeats=repeats, runs=runs)
     set_threads(threads)
     try:
@@ -210,8 +250,8 @@ def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, bat
         raise CLIError("--batch-sizes needs a B dimension in an --input shape (e.g. "
                        "--input Bx64:float32)")
     exported = is_pt2(model)
-    reference, make_runners = (("eager", compare.make_exported_runners) if exported
-                               else ("torchscript", compare.make_archive_runners))
+    reference, make_runners = (("eager", compare_files.make_exported_runners) if exported
+                               else ("torchscript", compare_files.make_archive_runners))
     console = console_for(as_json)
     with console.status("preparing the model..."):
         start = time.perf_counter()

@@ -20,8 +20,8 @@ from static_runtime.ops.native.region import RegionWarning
 
 
 def test_zoo_shape():
-    assert len(ZOO) >= 16
-    assert len({m.family for m in ZOO.values()}) >= 6
+    assert len(ZOO) >= 31
+    assert len({m.family for m in ZOO.values()}) >= 12
     for name, m in ZOO.items():
         assert isinstance(m, ZooModel) and m.name == name
         assert m.batches[0] == 1 and m.batches[1] > 1
