@@ -18,7 +18,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
@@ -77,6 +77,8 @@ class ArenaLayout:
     #: planned from a run on real data, whose out variants were checked as it went
     #: (``runtime/checks.py``); False for a layout planned on meta tensors
     checked: bool = True
+    #: what laid it out, if not a recording call (a shape program: ``runtime/symbolic.py``)
+    program: Any = field(default=None, compare=False)
 
     @property
     def arena_bytes(self) -> int:
@@ -86,8 +88,8 @@ class ArenaLayout:
     def frame(self) -> tuple:
         """Where each arena value lives and as what: two layouts with the same frame differ
         only in shapes, and one runtime's tensors serve both (``reshape_in_place``)."""
-        return (id(self.plan), tuple((s.slot, s.dtype, s.offset, s.region)
-                                     for s in self.specs))
+        return (self.plan.arena_bytes, self.unmanaged,
+                tuple((s.slot, s.dtype, s.offset, s.region) for s in self.specs))
 
 
 @dataclass(frozen=True)
@@ -192,7 +194,8 @@ def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observ
 
 
 def refit(base: ArenaLayout, slots: Sequence[int], dtypes: Sequence[torch.dtype],
-          sizes: Sequence[tuple[tuple[int, ...], tuple[int, ...] | None]]) -> ArenaLayout | None:
+          sizes: Sequence[tuple[tuple[int, ...], tuple[int, ...] | None]],
+          program: Any = None) -> ArenaLayout | None:
     """``base`` with each managed value's dtype, shape and strides replaced (``slots[i]``
     becomes a ``dtypes[i]`` tensor of ``sizes[i] = (shape, strides or None for row-major)``;
     every value ``base`` places must be among them, arena and outputs), if every value fits
@@ -221,7 +224,19 @@ def refit(base: ArenaLayout, slots: Sequence[int], dtypes: Sequence[torch.dtype]
         nbytes = prod(shape) * _element_size(dtype)
         outputs.append(TensorSpec(spec.slot, spec.name, dtype, shape, offset, nbytes))
         offset += align(nbytes, DEFAULT_ALIGNMENT)
-    return ArenaLayout(base.plan, tuple(specs), base.unmanaged, tuple(outputs), offset, True)
+    return ArenaLayout(base.plan, tuple(specs), base.unmanaged, tuple(outputs), offset, True,
+                       program)
+
+
+def refit_layout(base: ArenaLayout, layout: ArenaLayout) -> ArenaLayout | None:
+    """``layout``'s sizes in ``base``'s places (``refit``), if it has the same values and
+    they fit; else None."""
+    if (layout.unmanaged != base.unmanaged or len(layout.specs) != len(base.specs)
+            or not layout.checked):
+        return None
+    specs = (*layout.specs, *layout.outputs)
+    return refit(base, [s.slot for s in specs], [s.dtype for s in specs],
+                 [(s.shape, s.strides) for s in specs], layout.program)
 
 
 _ELEMENT_SIZES: dict[torch.dtype, int] = {}
@@ -264,14 +279,18 @@ def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor) -> dict[int, t
 
 
 def reshape_in_place(tensors: dict[int, torch.Tensor] | list, specs: Sequence[TensorSpec]
-                     ) -> None:
+                     ) -> bool:
     """Give each spec's tensor (made by ``materialize`` for a spec at the same offset and
-    region) the spec's dtype-compatible shape and strides, in place."""
+    region) the spec's shape and strides, in place; False if a spec has no tensor."""
     for spec in specs:
+        t = tensors[spec.slot]
+        if t is None:
+            return False
         if spec.strides is None:
-            tensors[spec.slot].resize_(spec.shape)
+            t.resize_(spec.shape)
         else:
-            tensors[spec.slot].as_strided_(spec.shape, spec.strides)
+            t.as_strided_(spec.shape, spec.strides)
+    return True
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -550,8 +550,10 @@ class _Emitter:
             self.top_defined.update(pn.outputs)
         params = [self.local(s) for s in plan.block.inputs]
         spec = self.spec
+        on = "its input signature" if self.guard is not None else (
+            "its signature's structure (ranks, dtypes) and its shape program's guards")
         specialised = [] if spec is None else [(
-            f"# Specialised on its input signature: {len(spec.known)} values folded, "
+            f"# Specialised on {on}: {len(spec.known)} values folded, "
             f"{len(spec.taken)} branches decided, {len(spec.dropped)} nodes left out.")]
         if self.hoisting:
             specialised.append(f"# {len(self.hoisting.nodes)} views of arena tensors taken once "
@@ -711,7 +713,7 @@ class SignatureChanged(Exception):
 def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str,
              guard: tuple[bool | tuple[str, int], ...] | None = None, timed: frozenset[int] | None = None,
              spec: Specialization | None = None, hoisting: Hoisting | None = None,
-             record: bool = False) -> GeneratedCode:
+             record: bool = False, structural: bool = False) -> GeneratedCode:
     """Generate, compile and return the code for ``plan`` with ``arena_slots`` in the arena;
     with ``guard`` (per input: is it a tensor), the code checks the input signature first.
     ``timed`` (indices of top-level nodes): the function returns ``(outputs, stamps)``,
@@ -723,8 +725,10 @@ def generate(plan: ExecutionPlan, arena_slots: frozenset[int], title: str,
     ``hoisting``: the views of arena tensors the factory takes once (``runtime.hoist``); the
     factory raises ``HoistRefused`` if one is not a view. ``record``: the factory takes a
     third argument, a list every value is stored into as it is defined (the executor's value
-    array, for a recording call)."""
-    if guard is None:
+    array, for a recording call). ``structural``: ``spec`` holds for every call the code gets
+    without a guard (a shape program's: the executor binds the code only for layouts that
+    program made)."""
+    if guard is None and not structural:
         spec = None
     emitter = _Emitter(plan, arena_slots, title, guard, timed, spec, hoisting, record)
     source = emitter.function()
@@ -760,6 +764,7 @@ class CodeCache:
         self.hot = HotSignatures(specialize_after) if specialize and specialize_after else None
         self.builder = BackgroundBuilder("static_runtime-specialize")
         self._generic: dict[tuple, GeneratedCode] = {}
+        self._programs: dict[int, Any] = {}
         #: how many functions were generated (generic and specialised), for benchmarks
         self.generated = 0
         #: takes views of arena tensors once per layout (None: off)
@@ -827,19 +832,28 @@ class CodeCache:
         self.latest = code
         return code
 
-    def generic(self, arena_slots: frozenset[int], record: bool = False) -> GeneratedCode:
+    def generic(self, arena_slots: frozenset[int], record: bool = False,
+                program: Any = None, ahead: bool = False) -> GeneratedCode:
         """The code for any signature with these values in the arena: no guard, nothing a
         size decides folded, no views taken ahead (the arena tensors' shapes are the
         layout's, whichever it is). ``record``: the variant that also stores every value
-        into the executor's value array (``generate``)."""
+        into the executor's value array (``generate``). ``program``: the shape program that
+        made the layouts it serves, whose ``spec`` (ranks, dtypes, branches its guards
+        decide) it folds. ``ahead``: made before any call runs it (``mod.code`` keeps
+        showing what runs)."""
+        spec = getattr(program, "spec", None)
+        key = (arena_slots, record, id(program) if spec is not None else None)
         with self._lock:
-            code = self._generic.get((arena_slots, record))
+            code = self._generic.get(key)
         if code is None:
-            made = generate(self.plan, arena_slots, self.title, record=record)
+            made = generate(self.plan, arena_slots, self.title, record=record, spec=spec,
+                            structural=spec is not None)
             with self._lock:
                 self.generated += 1
-                code = self._generic.setdefault((arena_slots, record), made)
-        if not record:
+                if spec is not None:
+                    self._programs[id(program)] = program  # (its id stays its own)
+                code = self._generic.setdefault(key, made)
+        if not (record or ahead):
             self.latest = code
         return code
 
@@ -878,6 +892,10 @@ class Pending:
     build: tuple
 
 
+#: the most layouts' bound functions one runtime keeps (``CodegenExecutor._bindings``)
+_MAX_BINDINGS = 512
+
+
 class CodegenExecutor(Interpreter):
     """Runs calls through generated code; a call that records a new signature's sizes goes
     through the reference interpreter (it needs the value array to observe them)."""
@@ -896,6 +914,12 @@ class CodegenExecutor(Interpreter):
         #: no key): the executor keeps the signature itself
         self._own_key = codes.specializer is not None and not (
             memory is not None and self._managed)
+        #: the generic code's function bound to this runtime's arena tensors, kept while
+        #: layouts switch in place (same tensors, other shapes): (arena slots, code, fn)
+        self._generic_fn: tuple | None = None
+        #: id of a layout → (layout, fast, code, direct, plain outputs, pending): what
+        #: ``_bind`` made for it, while layouts switch in place
+        self._bindings: dict[int, tuple] = {}
 
     def prepare(self, inputs: list[Any]) -> None:
         super().prepare(inputs)
@@ -905,9 +929,20 @@ class CodegenExecutor(Interpreter):
                 self._key = key
                 self._fast = None
 
-    def install(self, layout) -> None:
-        super().install(layout)
-        self._fast = None
+    def install(self, layout) -> bool:
+        in_place = super().install(layout)
+        if not in_place:
+            # bound to tensors this runtime no longer uses
+            self._generic_fn = None
+            self._bindings.clear()
+        held = self._bindings.get(id(layout))
+        if held is not None and held[0] is layout:
+            # this layout's function, bound before to these very tensors (and to views of
+            # them at this layout's shapes, which reshaping the tensors leaves as they were)
+            _, self._fast, self._code, self._direct, self._plain_outputs, self._pending = held
+        else:
+            self._fast = None
+        return in_place
 
     def run(self, inputs: list[Any]) -> list[Any]:
         fast = self._fast
@@ -1048,10 +1083,16 @@ class CodegenExecutor(Interpreter):
         if self._pending is not None:
             # A signature not (yet) hot: the shared generic code serves it.
             codes.note_call(self._pending)
-            self._fast = self._instantiate(lambda: codes.generic(arena))
+            program = self.layout.program
+            held = self._generic_fn
+            if held is not None and held[0] == (arena, program):
+                self._code, self._fast = held[1], held[2]
+            else:
+                self._fast = self._instantiate(lambda: codes.generic(arena, program=program))
+                self._generic_fn = ((arena, program), self._code, self._fast)
             self._direct = False
             self._plain_outputs = False
-            return self._fast
+            return self._keep_binding()
         guarded = guard is not None
         self._fast = self._instantiate(
             lambda: self.codes.get(arena, layout_id, guard, self._key))
@@ -1059,6 +1100,15 @@ class CodegenExecutor(Interpreter):
         self._direct = guarded or not (self.memory is not None and self._managed)
         self._plain_outputs = not self.plan.copied_outputs and not (
             self.layout is not None and self.layout.outputs)
+        return self._keep_binding()
+
+    def _keep_binding(self) -> Callable[..., list[Any]]:
+        layout = self.layout
+        if layout is not None:
+            if len(self._bindings) >= _MAX_BINDINGS:
+                self._bindings.clear()
+            self._bindings[id(layout)] = (layout, self._fast, self._code, self._direct,
+                                          self._plain_outputs, self._pending)
         return self._fast
 
     def _refused(self, e: RuntimeError, slot: int, fn: Callable[..., Any], *args: Any) -> Any:

@@ -23,6 +23,7 @@ from static_runtime.memory.arena import (
     materialize,
     observe,
     owning_view,
+    refit_layout,
     reshape_in_place,
 )
 from static_runtime.memory.cache import LayoutCache, signature, structure
@@ -186,6 +187,16 @@ class Interpreter:
         memory = self.memory
         layout = memory.layouts.get(key)
         if layout is not None:
+            current = self.layout
+            if current is not None and current.frame != layout.frame:
+                # planned before the structure's regions last grew: its sizes in the
+                # current places, so that switching to it reshapes instead of rebuilding
+                largest = memory.largest.get(structure(key))
+                if largest is not None and largest.frame != layout.frame:
+                    moved = refit_layout(largest, layout)
+                    if moved is not None:
+                        memory.layouts.put(key, moved)
+                        layout = moved
             self.install(layout)
             self._verifying = self._checks is not None and not self._checks.layout_checked(
                 layout)
@@ -291,18 +302,17 @@ class Interpreter:
         memory.layouts.put(self._key, layout)
         return layout
 
-    def install(self, layout: ArenaLayout) -> None:
-        """Make ``layout`` current: managed slots hold tensors over this runtime's arena."""
+    def install(self, layout: ArenaLayout) -> bool:
+        """Make ``layout`` current: managed slots hold tensors over this runtime's arena.
+        Whether the tensors stayed the same objects (reshaped in place)."""
         current = self.layout
         refused = self._checks.refused_slots if self._checks is not None else frozenset()
         if (current is not None and not layout.outputs and not current.outputs
-                and current.plan is layout.plan and current.frame == layout.frame
-                and self.unkept == layout.unmanaged | refused):
-            # another size in the same places (a shape program's layout): reshape in place
-            reshape_in_place(self.values, layout.specs)
+                and current.frame == layout.frame and self.unkept == layout.unmanaged | refused
+                and not self._recording and reshape_in_place(self.values, layout.specs)):
+            # another size in the same places: the arena tensors reshaped in place
             self.layout = layout
-            self._recording = False
-            return
+            return True
         if self.arena is None or self.arena.numel() < layout.arena_bytes + DEFAULT_ALIGNMENT:
             self.arena = allocate_arena(layout.arena_bytes)
         tensors = materialize(layout.specs, self.arena)
@@ -319,6 +329,7 @@ class Interpreter:
         self.unkept = set(layout.unmanaged) | refused
         self.layout = layout
         self._recording = False
+        return False
 
     # -- blocks and nodes
     def run_block(self, block: ProcessedBlock) -> None:

@@ -118,6 +118,8 @@ class StaticModule:
             self.options.verify_memory_plans, self.out_variant_checks,
             programs=ShapePrograms() if self.options.shape_programs else None,
             input_names=tuple(v.name for v in self.graph.inputs)) if manage else None
+        if self._memory is not None and self._memory.programs is not None:
+            self._memory.programs.on_ready = self._program_ready
         self.binder = make_binder(self.graph)
         #: rebuilds the user's output structure from the graph's flat outputs (an exported
         #: program returning a tuple, list or dict), or None: one output returned as is
@@ -151,6 +153,20 @@ class StaticModule:
         from static_runtime.runtime.serialize import save
 
         save(self, path)
+
+    def _program_ready(self, shape_free: tuple, program: Any) -> None:
+        """A shape program is ready (on the builder's thread): generate the code its layouts
+        will run (and the plain generic code, for the sizes recorded before it), for the
+        values its structure's largest layout places."""
+        if self.options.executor != "codegen" or self._codes.hot is None:
+            return  # (without hot signatures, each signature runs code of its own)
+        base = self._memory.largest.get(shape_free)
+        checks = self.out_variant_checks
+        refused = checks.refused_slots if checks is not None else frozenset()
+        if base is not None:
+            arena = frozenset(s.slot for s in (*base.specs, *base.outputs)) - refused
+            self._codes.generic(arena, program=program, ahead=True)
+            self._codes.generic(arena, ahead=True)  # for the sizes recorded before it
 
     def new_interpreter(self) -> Interpreter:
         """Fresh per-runtime executor state, for the executor the options chose."""

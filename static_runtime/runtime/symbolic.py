@@ -28,6 +28,7 @@ it, or refuses to grow one past its region and the runtime allocates).
 
 from __future__ import annotations
 
+import dataclasses
 import linecache
 import re
 import threading
@@ -44,7 +45,14 @@ from static_runtime.memory.arena import ArenaLayout, Observation, build_layout, 
 from static_runtime.ops import schema as S
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
-from static_runtime.runtime.specialize import _meta_callable
+from static_runtime.runtime.specialize import (
+    Const,
+    SeqFact,
+    Specialization,
+    Specializer,
+    _Liveness,
+    _meta_callable,
+)
 
 #: how many programs a structure keeps (each covers the sizes its guards admit: a program
 #: made from a batch of 1 covers batch 1 only, for instance)
@@ -84,8 +92,10 @@ class ShapeProgram:
     symbols: dict[str, str]
     #: slot → its shape, as text (``(s1, 128)``)
     shapes: dict[int, str]
-    #: the guards, as text (over ``L['t0']``...: the tensor inputs in order)
+    #: the guards, as text (over the inputs' names)
     guards: str
+    #: what every call the guards admit has in common beyond sizes (None: nothing folded)
+    spec: Specialization | None = None
 
     def layout(self, inputs: list[Any], base: ArenaLayout, lifetimes: Any, slot_of: dict,
                planner: str) -> ArenaLayout | None:
@@ -94,15 +104,17 @@ class ShapeProgram:
         computed = self.evaluate(inputs)
         if computed is None:
             return None
-        fitted = refit(base, self.slots, self.dtypes, computed)
+        fitted = refit(base, self.slots, self.dtypes, computed, self)
         if fitted is not None:
             return fitted
         keep = {spec.slot for spec in base.specs} | {spec.slot for spec in base.outputs}
         observed = {slot: Observation(dtype, shape, True, strides)
                     for slot, dtype, (shape, strides) in zip(self.slots, self.dtypes, computed)
                     if slot in keep}
-        return build_layout(lifetimes, slot_of, observed, planner=planner,
-                            unplanned_bytes=base.plan.unplanned_bytes, checked=True, base=base)
+        return dataclasses.replace(
+            build_layout(lifetimes, slot_of, observed, planner=planner,
+                         unplanned_bytes=base.plan.unplanned_bytes, checked=True, base=base),
+            program=self)
 
 
 @dataclass
@@ -123,6 +135,9 @@ class ShapePrograms:
     _builder: Any = None
     #: id of a program → how many sizes it laid out (a statistic: not locked)
     served: dict[int, int] = field(default_factory=dict)
+    #: called on the builder's thread with (structure, program) once a program is ready:
+    #: the module generates the code its layouts will run there, not on the request path
+    on_ready: Callable[[tuple, ShapeProgram], None] | None = None
 
     def get(self, structure: tuple) -> list[ShapeProgram]:
         return self._items.get(structure, ())
@@ -135,6 +150,8 @@ class ShapePrograms:
         is ready)."""
         from static_runtime.runtime.hot import BackgroundBuilder
 
+        if any(p.evaluate(inputs) is not None for p in self.get(structure)):
+            return  # covered (by a program made while this call recorded)
         # only the inputs' metadata is kept: tensors of the same sizes and strides
         example = [_stand_in(x) for x in inputs]
         with self._lock:
@@ -158,6 +175,8 @@ class ShapePrograms:
                     self.failures[structure] = reason
             else:
                 self.add(structure, program)
+                if self.on_ready is not None:
+                    self.on_ready(structure, program)
             finally:
                 with self._lock:
                     self._pending.discard(structure)
@@ -287,14 +306,58 @@ def build_program(plan: ExecutionPlan, example: list[Any], checks: Any = None,
             shapes.append(tuple(v.shape))
             strides.append(layout)
         guards = env.produce_guards_expression(placeholders, ignore_static=False) or ""
+    spec = _structure_spec(plan, runner, values)
     symbols = {}
     for sym, sources in env.var_to_sources.items():
         if sources:
             symbols[str(sym)] = sources[0].name
-    return _compile(env, slots, dtypes, shapes, strides, guards, symbols, positions, names)
+    return _compile(env, slots, dtypes, shapes, strides, guards, symbols, positions, names,
+                    spec)
 
 
-def _compile(env, slots, dtypes, shapes, strides, guards, symbols, positions, names
+#: operators whose results depend on strides: the guards on the inputs' strides hold when a
+#: layout is made, not on later calls of its sizes, so nothing is folded in a graph with one
+_STRIDE_KINDS = frozenset({"aten::stride", "aten::is_contiguous",
+                           "aten::is_non_overlapping_and_dense", "prim::is_contiguous"})
+_FOLDABLE = (int, float, bool, str, type(None), torch.dtype, torch.device)
+
+
+def _structure_spec(plan: ExecutionPlan, runner: _Runner, values: list[Any]
+                    ) -> Specialization | None:
+    """What every call the program's guards admit has in common beyond its sizes: the
+    scalars the run computed without a size symbol in them (ranks, dtypes, sizes the guards
+    fixed) and the branches it took. The generic code for the program's layouts folds them
+    (``CodeCache.generic``)."""
+    if any(pn.kind.split(".")[0] in _STRIDE_KINDS for pn in plan.nodes()):
+        return None
+    specializer = Specializer(plan)
+    spec = Specialization(taken=dict(runner.taken))
+    for slot in runner.produced:
+        if slot in plan.constants:
+            continue
+        v = values[slot]
+        fact = _fact_of(v)
+        if fact is not None and specializer.stable(slot, fact):
+            spec.known[slot] = v
+    for pn in plan.nodes():
+        # nothing an effectful or writing node computes is folded, nor what a list written
+        # later holds (``stable``)
+        if has_side_effects(pn.node) or specializer.db.writes(pn.node):
+            for out in pn.outputs:
+                spec.known.pop(out, None)
+    _Liveness(specializer, spec, set()).top(plan.block)
+    return spec
+
+
+def _fact_of(v: Any) -> Any:
+    if type(v) in _FOLDABLE:
+        return Const(v)
+    if isinstance(v, (list, tuple)) and all(type(e) in _FOLDABLE for e in v):
+        return SeqFact(type(v), tuple(Const(e) for e in v))
+    return None
+
+
+def _compile(env, slots, dtypes, shapes, strides, guards, symbols, positions, names, spec
              ) -> ShapeProgram:
     from torch.fx.experimental.symbolic_shapes import SYMPY_INTERP
     from torch.utils._sympy.printers import PythonPrinter
@@ -350,7 +413,7 @@ def _compile(env, slots, dtypes, shapes, strides, guards, symbols, positions, na
 
     return ShapeProgram(source, namespace["evaluate"], tuple(slots), tuple(dtypes),
                         {s: where(symbols[s]) for s in sorted(used)}, texts,
-                        where(guards) if guards else "")
+                        where(guards) if guards else "", spec)
 
 
 def _stand_in(x: Any) -> Any:
@@ -388,6 +451,10 @@ class _Runner:
         #: (kept so the id stays its own)
         self.sizes: dict[int, tuple[Any, torch.Tensor]] = {}
         self.where = ""
+        #: ``prim::If`` node → the branch the run took (decided under the guards)
+        self.taken: dict[Any, int] = {}
+        #: the slots the run defined, in order
+        self.produced: list[int] = []
 
     def block(self, block: ProcessedBlock) -> None:
         for pn in block.nodes:
@@ -397,10 +464,13 @@ class _Runner:
     def node(self, pn: ProcessedNode) -> None:
         values = self.values
         if pn.control is Control.IF:
-            taken = pn.blocks[0] if bool(values[pn.inputs[0]]) else pn.blocks[1]
+            k = 0 if bool(values[pn.inputs[0]]) else 1
+            self.taken[pn.node] = k
+            taken = pn.blocks[k]
             self.block(taken)
             for out, inner in zip(pn.outputs, taken.outputs):
                 values[out] = values[inner]
+            self.produced.extend(pn.outputs)
             return
         if pn.control is not Control.NONE:
             raise Unsupported(f"{pn.where()}: loops and forks are not followed")
@@ -429,6 +499,7 @@ class _Runner:
         else:
             for out, x in zip(pn.outputs, result):
                 values[out] = x
+        self.produced.extend(pn.outputs)
 
     def follow_size(self, pn: ProcessedNode, args: list[Any]) -> Any:
         """A size turned into a 0-dim tensor, arithmetic on it and reading it back are

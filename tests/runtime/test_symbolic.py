@@ -66,7 +66,7 @@ def test_new_lengths_are_laid_out_by_the_program_and_equal_eager(executor):
     mod(*_sentence(40))  # the largest first: later lengths fit its regions
     wait_for_builds()
     assert mod._memory.programs.failures == {}
-    misses = mod.layouts.misses
+    misses, generated = mod.layouts.misses, mod._codes.generated
     for n in (7, 23, 31, 2, 17, 40, 9, 33):
         ids, mask = _sentence(n, seed=n)
         before = (ids.clone(), mask.clone())
@@ -77,9 +77,13 @@ def test_new_lengths_are_laid_out_by_the_program_and_equal_eager(executor):
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(again, want)
         torch.testing.assert_close((ids, mask), before)
-    # every new length but the one seen was laid out by the program: no recording call
+    # every new length but the one seen was laid out by the program: no recording call,
+    # and no code generated on the request path (the program's code was made beside it)
     assert _served(mod) == 7
     assert mod.layouts.misses - misses == 7
+    if executor == "codegen":
+        assert mod._codes.generated == generated
+        assert "shape program's guards" in mod.code
     text = mod.describe()
     assert "shape program for (int64 rank 2, int64 rank 2)" in text
     assert "laid out 7 sizes without a recording call" in text
