@@ -52,6 +52,8 @@ MODEL_BUDGET_S = 1.0
 _MIN_SAMPLE_S = 20e-6
 #: Fewest and most timed rounds per candidate.
 _MIN_ROUNDS, _MAX_ROUNDS = 3, 15
+#: Measuring stops at this many times its budget even before ``_MIN_ROUNDS`` rounds.
+_HARD_FACTOR = 3
 CACHE_FORMAT = 1
 
 
@@ -266,7 +268,11 @@ def _measure(candidates: dict[str, Candidate], default: str,
         raise ValueError(f"the default kernel {default!r} is not among the candidates "
                          f"{sorted(candidates)}")
     clock = time.perf_counter
-    deadline = clock() + budget_s
+    start = clock()
+    deadline = start + budget_s
+    # Past this, not even the fewest rounds are waited for (a machine so loaded that calls of
+    # microseconds take milliseconds must not hold a request for seconds).
+    hard_deadline = start + _HARD_FACTOR * budget_s
     runs: dict[str, Candidate] = {}
     loops: dict[str, int] = {}
     dropped: dict[str, str] = {}
@@ -300,7 +306,8 @@ def _measure(candidates: dict[str, Candidate], default: str,
             for _ in range(n):
                 fn()
             best[name] = min(best[name], (clock() - t0) / n)
-        if round_ + 1 >= _MIN_ROUNDS and clock() >= deadline:
+        now = clock()
+        if now >= hard_deadline or (round_ + 1 >= _MIN_ROUNDS and now >= deadline):
             break
     return {n: t * 1e6 for n, t in best.items()}, dropped
 
