@@ -1,0 +1,245 @@
+"""Every GEMM of the model zoo and the built-in models: the kernel ``kernel_choice="measure"``
+chooses, against ATen's default and ONNX Runtime's single operator (issue 19).
+
+The shapes are the models' own: each model runs once (per batch size) under
+``StaticModuleOptions(kernel_choice="measure")``, and each measured GEMM node reports its
+product (rows M, K, N, bias, epilogue) and the kernel chosen for it. Then, for every distinct
+product, single-threaded and in inference mode, three forms are timed in alternation on
+fresh inputs (µs per call, the median of ``--repeats`` samples of enough calls to last
+``--sample-ms``):
+
+* ``aten``    ``addmm(b, x, Wᵀ, out=)`` (``mm`` without bias), the activation in place — what
+  the runtime runs without measuring
+* ``chosen``  the kernel the measurement chose (``ops/gemm.py``), writing into the same ``out``
+* ``ORT``     a one-node ONNX model, ``Gemm(x, W, b, transB=1)`` (``MatMul`` without bias) with
+  the activation as a second node, in an ONNX Runtime session with one intra-op thread (its
+  graph optimiser fuses what it can), run through ``run_with_ort_values`` on bound inputs
+
+GFLOP/s is 2·M·K·N / time. ``chosen ÷ ORT`` above 1 means ORT is faster.
+
+    python benchmarks/kernels.py                         # zoo + built-in models, ~3 min
+    python benchmarks/kernels.py --models hf_bert,mlp --repeats 5
+    python benchmarks/kernels.py --json-out kernels.json
+
+The measurement caches its choices in a temporary directory (``--cache-dir`` to keep them),
+so every run measures afresh on the machine it runs on.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import click
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+#: ``linear_pointwise`` epilogue → the ONNX activation node(s): (op type, attributes) list.
+_ONNX_ACTS = {
+    "none": [], "relu": [("Relu", {})], "tanh": [("Tanh", {})], "sigmoid": [("Sigmoid", {})],
+    "gelu": [("Gelu", {})], "gelu_tanh": [("Gelu", {"approximate": "tanh"})],
+    "hardswish": [("HardSwish", {})], "silu": [("Swish", {})],
+}
+
+
+def collect(names: list[str]) -> dict[tuple, set[str]]:
+    """(op, M, K, N, bias, attr, chosen kernel) → the model cases it comes from."""
+    import static_runtime as sr
+    from benchmarks.zoo import ZOO
+    from static_runtime.models import MODELS
+
+    shapes: dict[tuple, set[str]] = {}
+    options = sr.StaticModuleOptions(kernel_choice="measure")
+    for name in names:
+        if name in ZOO:
+            spec = ZOO[name]
+            scripted, batches = spec.scripted(), spec.batches
+            inputs = spec.inputs
+        else:
+            spec = MODELS[name]
+            scripted, batches = torch.jit.script(spec.build()), (1, 64)
+            inputs = spec.example_inputs
+        for batch in batches:
+            mod = sr.StaticModule(scripted, options)
+            mod.kernels.model_budget_s = 1e9  # every product of the model, however slow
+            mod(*inputs(batch))
+            for pn in mod.plan.nodes():
+                problem = getattr(pn.fn, "problem", None)
+                if problem is None:
+                    continue
+                op, k, n, has_bias, attr = problem
+                for (rows, _threads), choice in pn.fn.choices.items():
+                    key = (op.split("+")[0], rows, k, n, has_bias, attr, choice.name)
+                    shapes.setdefault(key, set()).add(f"{name}:{batch}")
+    return shapes
+
+
+def _ort_runner(m: int, k: int, n: int, weight, bias, attr: str, x):
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    if bias is not None:
+        inits = [numpy_helper.from_array(weight.numpy(), "W"),
+                 numpy_helper.from_array(bias.numpy(), "B")]
+        nodes = [helper.make_node("Gemm", ["X", "W", "B"], ["Y0"], transB=1)]
+    else:
+        inits = [numpy_helper.from_array(weight.t().contiguous().numpy(), "WT")]
+        nodes = [helper.make_node("MatMul", ["X", "WT"], ["Y0"])]
+    last = "Y0"
+    for i, (op, attrs) in enumerate(_ONNX_ACTS[attr]):
+        nodes.append(helper.make_node(op, [last], [f"Y{i + 1}"], **attrs))
+        last = f"Y{i + 1}"
+    nodes[-1].output[0] = "Y"
+    graph = helper.make_graph(nodes, "gemm", [helper.make_tensor_value_info(
+        "X", TensorProto.FLOAT, [m, k])], [helper.make_tensor_value_info(
+            "Y", TensorProto.FLOAT, [m, n])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    model.ir_version = 9
+    onnx.checker.check_model(model)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    binding = sess.io_binding()
+    x_np = x.numpy()
+    binding.bind_cpu_input("X", x_np)
+    binding.bind_output("Y", "cpu")
+
+    def run():
+        sess.run_with_iobinding(binding)
+
+    def result():
+        sess.run_with_iobinding(binding)
+        return torch.from_numpy(binding.copy_outputs_to_cpu()[0])
+
+    return run, result
+
+
+def time_shape(key: tuple, repeats: int, sample_ms: float) -> dict:
+    from static_runtime.ops.gemm import GemmKernels
+
+    op, m, k, n, has_bias, attr, chosen = key
+    gen = torch.Generator().manual_seed(m * 131 + k * 7 + n)
+    x = torch.randn(m, k, generator=gen)
+    weight = torch.randn(n, k, generator=gen) / math.sqrt(k)
+    bias = torch.randn(n, generator=gen) if has_bias else None
+    kernels = GemmKernels(weight.t(), bias, attr)
+    out = torch.empty(m, n)
+    aten_k, chosen_k = kernels.kernel("aten", m), kernels.kernel(chosen, m)
+    forms = {"aten": lambda: aten_k(x, out)}
+    if chosen != "aten":  # (the same kernel is timed once)
+        forms["chosen"] = lambda: chosen_k(x, out)
+    expected = aten_k(x, None)
+    torch.testing.assert_close(chosen_k(x, None), expected, rtol=1e-4, atol=1e-4)
+    try:
+        run, result = _ort_runner(m, k, n, weight, bias, attr, x)
+        torch.testing.assert_close(result(), expected, rtol=1e-3, atol=1e-3)
+        forms["ORT"] = run
+    except Exception as e:  # noqa: BLE001  (reported in the row)
+        ort_error = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    else:
+        ort_error = ""
+    calls = {}
+    for name, fn in forms.items():
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        once = time.perf_counter() - t0
+        calls[name] = max(1, int(sample_ms * 1e-3 / max(once, 1e-7)))
+    samples: dict[str, list[float]] = {name: [] for name in forms}
+    for _ in range(repeats):
+        for name, fn in forms.items():
+            c = calls[name]
+            t0 = time.perf_counter()
+            for _ in range(c):
+                fn()
+            samples[name].append((time.perf_counter() - t0) / c * 1e6)
+    med = {name: statistics.median(v) for name, v in samples.items()}
+    med.setdefault("chosen", med["aten"])
+    flops = 2 * m * k * n
+    return {"op": op, "M": m, "K": k, "N": n, "bias": has_bias, "epilogue": attr,
+            "chosen": chosen, "us": med,
+            "gflops": {name: flops / (t * 1e3) for name, t in med.items()},
+            "ort_error": ort_error}
+
+
+@click.command()
+@click.option("--models", default=None,
+              help="Comma-separated zoo or built-in model names (default: all of both).")
+@click.option("--repeats", default=9, show_default=True, help="Timing samples per form.")
+@click.option("--sample-ms", default=3.0, show_default=True, help="Length of one sample.")
+@click.option("--cache-dir", default=None,
+              help="Kernel choice cache directory (default: a fresh temporary one).")
+@click.option("--json-out", default=None, help="Write the rows as JSON here.")
+def main(models: str | None, repeats: int, sample_ms: float, cache_dir: str | None,
+         json_out: str | None) -> None:
+    from benchmarks.zoo import ZOO
+    from static_runtime.models import MODELS
+
+    torch.set_num_threads(1)
+    names = [m.strip() for m in models.split(",")] if models else [*ZOO, *MODELS]
+    bad = [m for m in names if m not in ZOO and m not in MODELS]
+    if bad:
+        raise click.BadParameter(f"unknown model(s) {bad}", param_hint="--models")
+    tmp = None
+    if cache_dir is None:
+        tmp = tempfile.TemporaryDirectory(prefix="sr_kernels_")
+        cache_dir = tmp.name
+    os.environ["STATIC_RUNTIME_CACHE_DIR"] = cache_dir
+    start = time.perf_counter()
+    with torch.inference_mode():
+        shapes = collect(names)
+        rows = []
+        for key in sorted(shapes, key=lambda s: (s[1] * s[2] * s[3], s)):
+            row = time_shape(key, repeats, sample_ms)
+            row["cases"] = sorted(shapes[key])
+            rows.append(row)
+    _print(rows)
+    print(f"({len(rows)} products, {time.perf_counter() - start:.0f} s; single thread; "
+          f"medians of {repeats} samples)")
+    if json_out:
+        Path(json_out).write_text(json.dumps({"threads": 1, "rows": rows}, indent=1))
+        print(f"JSON: {json_out}")
+    if tmp is not None:
+        tmp.cleanup()
+
+
+def _print(rows: list[dict]) -> None:
+    head = (f"{'op':7s} {'M':>5s} {'K':>5s} {'N':>5s} {'bias':4s} {'epilogue':9s} "
+            f"{'chosen':6s} {'aten µs':>9s} {'chosen µs':>9s} {'ORT µs':>9s} "
+            f"{'GF/s aten':>9s} {'chosen':>7s} {'ORT':>7s} {'ch/aten':>7s} {'ch/ORT':>7s}")
+    print(head)
+    ratios_aten, ratios_ort = [], []
+    for r in rows:
+        us, gf = r["us"], r["gflops"]
+        ort = us.get("ORT", float("nan"))
+        ra, ro = us["chosen"] / us["aten"], us["chosen"] / ort
+        ratios_aten.append(ra)
+        if not math.isnan(ro):
+            ratios_ort.append(ro)
+        print(f"{r['op']:7s} {r['M']:5d} {r['K']:5d} {r['N']:5d} {str(r['bias'])[0]:4s} "
+              f"{r['epilogue']:9s} {r['chosen']:6s} {us['aten']:9.1f} {us['chosen']:9.1f} "
+              f"{ort:9.1f} {gf['aten']:9.1f} {gf['chosen']:7.1f} {gf.get('ORT', math.nan):7.1f} "
+              f"{ra:7.2f} {ro:7.2f}{'  ' + r['ort_error'] if r['ort_error'] else ''}")
+
+    def geomean(v):
+        return math.exp(sum(map(math.log, v)) / len(v)) if v else float("nan")
+
+    big = [r["us"]["chosen"] / r["us"]["ORT"] for r in rows if r["M"] >= 8 and "ORT" in r["us"]]
+    print(f"geomean chosen ÷ aten {geomean(ratios_aten):.2f} (max {max(ratios_aten):.2f}); "
+          f"chosen ÷ ORT {geomean(ratios_ort):.2f}; at M >= 8: {geomean(big):.2f} "
+          f"({sum(x <= 1 / 0.9 for x in big)} of {len(big)} at >= 90 % of ORT's GFLOP/s)")
+
+
+if __name__ == "__main__":
+    main()
