@@ -252,3 +252,21 @@ def test_gemm_kernels_agree_with_addmm():
                 torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match="no GEMM kernel named"):
         ks.kernel("cublas", 1)
+
+
+def test_concurrent_first_calls_are_right():
+    """Runtimes of the pool measuring at once: one measures, the others serve the default
+    meanwhile; every result is right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = Gemms().eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    torch.manual_seed(5)
+    xs = [torch.randn(b, s, 64) for b, s in ((1, 2), (2, 3), (3, 1), (1, 7))] * 3
+    with torch.inference_mode():
+        expected = [model(x) for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(mod, xs))
+    for got, want in zip(results, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert mod.kernels.measured > 0
