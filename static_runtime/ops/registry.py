@@ -108,11 +108,12 @@ class UnsupportedOperatorError(RuntimeError):
 NativeFactory = Callable[[Node], Callable[..., Any] | None]
 OutFactory = Callable[[Node], tuple[Callable[..., Any], Callable[..., Any]] | None]
 
-#: ``factory(node, chooser, default_pair)`` → ``(fn, out_fn)`` or None: implementations
-#: that pick their kernel by measurement (``ops/gemm.py``), tried first under
-#: ``kernel_choice="measure"``; ``default_pair`` is what selection would give otherwise.
-MeasuredFactory = Callable[[Node, Any, tuple[Callable[..., Any], Callable[..., Any]]],
-                           tuple[Callable[..., Any], Callable[..., Any]] | None]
+#: ``factory(node, chooser, default)`` → an implementation or None: implementations that
+#: pick their kernel by measurement (``ops/gemm.py``, ``ops/conv.py``), taking the place of
+#: ``default`` — what selection gives otherwise, an ``(fn, out_fn)`` pair for an out variant
+#: (and the factory returns a pair), a function for a native — under
+#: ``kernel_choice="measure"``.
+MeasuredFactory = Callable[[Node, Any, Any], Any]
 
 _out_variants: dict[str, OutFactory] = {}
 _natives: dict[str, NativeFactory] = {}
@@ -170,7 +171,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     (``ops/kernels.py``) — an out variant whose kernel is chosen by measurement
     (``ops/gemm.py``) then takes the place of the one selected otherwise."""
     # Importing the implementation modules registers them.
-    from static_runtime.ops import fallback, gemm, out_variants, selection  # noqa: F401
+    from static_runtime.ops import conv, fallback, gemm, out_variants, selection  # noqa: F401
     from static_runtime.ops.native import (  # noqa: F401
         containers,
         fused,
@@ -203,6 +204,9 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     if factory is not None:
         fn = factory(node)
         if fn is not None:
+            measured = _measured.get(node.kind) if kernels is not None else None
+            if measured is not None:
+                fn = measured(node, kernels, fn) or fn
             return OpImpl(Tier.NATIVE, fn, None, _label(fn))
     fn, reason = fallback.resolve(node, fast_bindings=fast_bindings)
     if fn is not None:

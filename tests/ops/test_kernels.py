@@ -270,3 +270,65 @@ def test_concurrent_first_calls_are_right():
     for got, want in zip(results, expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
     assert mod.kernels.measured > 0
+
+
+# -- convolutions (ops/conv.py)
+
+
+class Convs(nn.Module):
+    """Fused convolutions of each kind: 3 × 3 + relu, 1 × 1 (the matmul candidate), depthwise
+    + hardswish, and a residual add; the pool makes the layout invisible at the output."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.point = nn.Conv2d(16, 24, 1)
+        self.depth = nn.Conv2d(24, 24, 3, padding=1, groups=24, bias=False)
+        self.back = nn.Conv2d(24, 16, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        y = nn.functional.hardswish(self.depth(self.point(h)))
+        return nn.functional.adaptive_avg_pool2d(self.back(y) + h, 1)
+
+
+def _conv_inputs():
+    torch.manual_seed(4)
+    return [torch.randn(1, 3, 12, 12)], [torch.randn(2, 3, 9, 7)]
+
+
+def test_conv_differential_two_shape_sets():
+    first, second = _conv_inputs()
+    mod = check(Convs().eval(), first, second, options=OPTIONS)["measure"]
+    labels = [pn.impl.label for pn in mod.plan.nodes()
+              if pn.kind == "static_runtime::conv2d_pointwise"]
+    assert len(labels) == 4 and all("by measurement" in label for label in labels)
+    assert "x=(2, 3, 9, 7) threads=" in mod.describe()
+
+
+@pytest.mark.parametrize("name", ["onednn", "aten", "matmul"])
+def test_each_conv_kernel_forced(name, monkeypatch):
+    def forced(self, key, names, make, default):
+        return Choice(name if name in names else default, {}, "forced")
+
+    monkeypatch.setattr(KernelChooser, "choose", forced)
+    first, second = _conv_inputs()
+    mod = check(Convs().eval(), first, second, options={"measure": MEASURE})["measure"]
+    assert f": {name} (forced)" in mod.describe()
+
+
+def test_conv_kernels_return_channels_last():
+    from static_runtime.ops.conv import ConvKernels
+
+    weight, bias = torch.randn(8, 4, 1, 1), torch.randn(8)
+    ks = ConvKernels(weight, bias, [1, 1], [0, 0], [1, 1], 1, "relu")
+    x = torch.randn(2, 4, 5, 6)
+    expected = torch.relu(torch.conv2d(x, weight, bias))
+    for name in ks.names():
+        y = ks.kernel(name)(x)
+        assert y.is_contiguous(memory_format=torch.channels_last), name
+        torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-5)
+    grouped = ConvKernels(torch.randn(8, 1, 3, 3), None, [1, 1], [1, 1], [1, 1], 8, "none")
+    assert grouped.names() == ("onednn", "aten")
+    with pytest.raises(ValueError, match="no convolution kernel named 'matmul'"):
+        grouped.kernel("matmul")
