@@ -23,6 +23,7 @@ GFLOP/s is 2·M·K·N / time. ``chosen ÷ ORT`` above 1 means ORT is faster.
     python benchmarks/kernels.py                         # zoo + built-in models, ~3 min
     python benchmarks/kernels.py --models hf_bert,mlp --repeats 5
     python benchmarks/kernels.py --json-out kernels.json
+    python benchmarks/kernels.py --whole --sample-ms 10    # whole models, measure vs default
 
 The measurement caches its choices in a temporary directory (``--cache-dir`` to keep them),
 so every run measures afresh on the machine it runs on.
@@ -261,6 +262,49 @@ def time_conv(key: tuple, repeats: int, sample_ms: float) -> dict:
             "chosen": chosen, "us": med, "ort_error": ort_error}
 
 
+def whole_models(names: list[str], repeats: int, sample_ms: float) -> list[dict]:
+    """Each model at each batch, default options against ``kernel_choice="measure"``, in one
+    process, calls alternating (each after its first call, which measures on a cold cache)."""
+    import static_runtime as sr
+    from benchmarks.zoo import ZOO
+    from static_runtime.models import MODELS
+    from static_runtime.runtime.hot import wait_for_builds
+
+    rows = []
+    for name in names:
+        if name in ZOO:
+            spec = ZOO[name]
+            scripted, batches, make_inputs = spec.scripted(), spec.batches, spec.inputs
+        else:
+            spec = MODELS[name]
+            scripted, batches = torch.jit.script(spec.build()), (1, 64)
+            make_inputs = spec.example_inputs
+        for batch in batches:
+            inputs = make_inputs(batch)
+            runs, first = {}, {}
+            for label, choice in (("default", None), ("measure", "measure")):
+                mod = sr.StaticModule(scripted, sr.StaticModuleOptions(kernel_choice=choice))
+                rt = mod.runtime()
+                t0 = time.perf_counter()
+                rt(*inputs)
+                first[label] = (time.perf_counter() - t0) * 1e3
+                for _ in range(mod.options.specialize_after + 1):
+                    rt(*inputs)
+                runs[label] = (lambda rt=rt, inputs=inputs: rt(*inputs))
+            wait_for_builds()
+            med = _time_forms(runs, repeats, sample_ms)
+            rows.append({"model": name, "batch": batch, "us": med, "first_call_ms": first,
+                         "ratio": med["measure"] / med["default"]})
+            print(f"{name:20s} {batch:4d} default {med['default']:9.1f} µs  measure "
+                  f"{med['measure']:9.1f} µs  ratio {rows[-1]['ratio']:5.2f}  first call "
+                  f"{first['default']:.0f} / {first['measure']:.0f} ms", flush=True)
+    ratios = [r["ratio"] for r in rows]
+    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"geomean measure ÷ default {geo:.3f}; min {min(ratios):.2f}, max {max(ratios):.2f}; "
+          f"{sum(r > 1.03 for r in ratios)} of {len(ratios)} above 1.03")
+    return rows
+
+
 @click.command()
 @click.option("--models", default=None,
               help="Comma-separated zoo or built-in model names (default: all of both).")
@@ -269,8 +313,11 @@ def time_conv(key: tuple, repeats: int, sample_ms: float) -> dict:
 @click.option("--cache-dir", default=None,
               help="Kernel choice cache directory (default: a fresh temporary one).")
 @click.option("--json-out", default=None, help="Write the rows as JSON here.")
+@click.option("--whole", is_flag=True,
+              help="Whole models instead: default options against kernel_choice='measure', "
+                   "side by side in this process.")
 def main(models: str | None, repeats: int, sample_ms: float, cache_dir: str | None,
-         json_out: str | None) -> None:
+         json_out: str | None, whole: bool) -> None:
     from benchmarks.zoo import ZOO
     from static_runtime.models import MODELS
 
@@ -285,6 +332,12 @@ def main(models: str | None, repeats: int, sample_ms: float, cache_dir: str | No
         cache_dir = tmp.name
     os.environ["STATIC_RUNTIME_CACHE_DIR"] = cache_dir
     start = time.perf_counter()
+    if whole:
+        with torch.inference_mode():
+            rows = whole_models(names, repeats, sample_ms)
+        if json_out:
+            Path(json_out).write_text(json.dumps({"threads": 1, "models": rows}, indent=1))
+        return
     with torch.inference_mode():
         shapes, convs = collect(names)
         rows = []

@@ -14,7 +14,8 @@ cache (memory, then disk) is taken as is: nothing is timed. Otherwise ``make()``
 candidates, zero-argument callables that compute the same result; each is run once and
 compared with the default's result (a candidate that raises or disagrees beyond float
 tolerance is dropped, so a wrong kernel never serves), then timed in alternating rounds
-inside ``NODE_BUDGET_S``; the fastest best-of time wins. A chooser spends at most
+inside ``NODE_BUDGET_S``; the fastest best-of time wins, if it beats the default by
+``MIN_GAIN`` (else the default stays). A chooser spends at most
 ``MODEL_BUDGET_S`` in all (one per ``StaticModule``); past that, the default serves, not
 remembered.
 
@@ -54,6 +55,8 @@ _MIN_SAMPLE_S = 20e-6
 _MIN_ROUNDS, _MAX_ROUNDS = 3, 15
 #: Measuring stops at this many times its budget even before ``_MIN_ROUNDS`` rounds.
 _HARD_FACTOR = 3
+#: Another kernel replaces the default only if it takes at most (1 - this) of its time.
+MIN_GAIN = 0.05
 CACHE_FORMAT = 1
 
 
@@ -247,7 +250,7 @@ class KernelChooser:
             self.spent_s += time.perf_counter() - start
             self.measured += 1
             self._lock.release()
-        best = min(timings, key=timings.get)
+        best = pick(timings, default)
         entry = {"choice": best, "us": {n: round(t, 2) for n, t in timings.items()}}
         if dropped:
             entry["dropped"] = dropped
@@ -258,6 +261,17 @@ class KernelChooser:
         return (f"kernel choice: {self.measured} measured, {self.cached} from the cache, "
                 f"{self.skipped} past the budget; {self.spent_s * 1e3:.0f} ms measuring "
                 f"(cache {self.cache.path})")
+
+
+def pick(timings_us: dict[str, float], default: str) -> str:
+    """The fastest candidate — but the default unless another beats it by ``MIN_GAIN``: a
+    tie within measuring noise is no reason to leave the kernel that runs without measuring
+    (in a model, oneDNN's allocation and copy cost more than in a loop over one product)."""
+    best = min(timings_us, key=timings_us.get)
+    if best != default and default in timings_us \
+            and timings_us[best] > timings_us[default] * (1 - MIN_GAIN):
+        return default
+    return best
 
 
 def _measure(candidates: dict[str, Candidate], default: str,

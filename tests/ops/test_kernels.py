@@ -196,6 +196,13 @@ def test_measure_drops_wrong_and_failing_candidates(tmp_path):
         chooser.choose("other", ("a",), lambda: {"a": good}, "b")
 
 
+def test_pick_keeps_the_default_within_the_margin():
+    assert kernels.pick({"aten": 10.0, "onednn": 9.9}, "aten") == "aten"
+    assert kernels.pick({"aten": 10.0, "onednn": 9.0, "mkl": 9.4}, "aten") == "onednn"
+    assert kernels.pick({"aten": 10.0, "onednn": 11.0}, "aten") == "aten"
+    assert kernels.pick({"onednn": 5.0}, "aten") == "onednn"  # the default was dropped
+
+
 def test_disk_cache_round_trip_and_merge(tmp_path):
     path = tmp_path / "sub" / "kernels.json"
     one, two = DiskCache(path), DiskCache(path)  # as two processes would hold it
