@@ -161,7 +161,8 @@ def _ort_gemm(m: int, n: int, weight, bias, attr: str, x):
 
 
 def _time_forms(forms: dict, repeats: int, sample_ms: float) -> dict[str, float]:
-    """Median µs per call of each form, timed in alternation."""
+    """Median µs per call of each form, timed in alternation (order reversed every other
+    round)."""
     calls = {}
     for name, fn in forms.items():
         fn()
@@ -170,8 +171,11 @@ def _time_forms(forms: dict, repeats: int, sample_ms: float) -> dict[str, float]
         once = time.perf_counter() - t0
         calls[name] = max(1, int(sample_ms * 1e-3 / max(once, 1e-7)))
     samples: dict[str, list[float]] = {name: [] for name in forms}
-    for _ in range(repeats):
-        for name, fn in forms.items():
+    order = list(forms.items())
+    for r in range(repeats):
+        # the order reversed every other round: whichever runs second is not always the one
+        # that finds caches holding the other's data
+        for name, fn in (order if r % 2 == 0 else order[::-1]):
             c = calls[name]
             t0 = time.perf_counter()
             for _ in range(c):
