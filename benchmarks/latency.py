@@ -92,14 +92,16 @@ if str(ROOT) not in sys.path:  # `python benchmarks/latency.py`: the zoo is impo
 from benchmarks.workers import run_worker  # (needs ROOT on the path)
 
 PEERS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
-         "torch_compile", "onnxruntime", "static_runtime_fused")
+         "torch_compile", "onnxruntime", "static_runtime_fused", "static_runtime_measured")
 #: ours with fusion_compiler="inductor" (issue 12); a peer only when asked for in --peers
 FUSED = "static_runtime_fused"
+#: ours with kernel_choice="measure" (issue 19); a peer only when asked for in --peers
+MEASURED = "static_runtime_measured"
 OURS = "static_runtime"
 SHORT = {"eager": "eager", "torchscript": "TorchScript", "optimize_for_inference": "opt4inf",
          "pytorch_static_runtime": "C++ SR", "torch_compile": "compile",
          "onnxruntime": "ORT", "static_runtime": "ours",
-         "static_runtime_fused": "ours+fused"}
+         "static_runtime_fused": "ours+fused", "static_runtime_measured": "ours+measured"}
 CASES = ("mlp:1", "dlrm:1", "dlrm:256", "multi_head_attention:1", "multi_head_attention:64",
          "transformer_encoder:1", "resnet_small:1", "control_flow:1")
 ZOO_PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime")
@@ -679,7 +681,7 @@ def main(models: str | None, zoo: bool, quick: bool, peers: str | None, repeats:
          json_out: str | None, worker: str | None, worker_out: str | None) -> None:
     """Latency of every runtime on the built-in models (or the model zoo), side by side."""
     if peers is None:
-        peers = ",".join(ZOO_PEERS if zoo else [p for p in PEERS if p != FUSED])
+        peers = ",".join(ZOO_PEERS if zoo else [p for p in PEERS if p not in (FUSED, MEASURED)])
     peer_list = tuple(p for p in (x.strip() for x in peers.split(",")) if p)
     unknown = [p for p in peer_list if p not in PEERS]
     if unknown:

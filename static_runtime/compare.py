@@ -56,7 +56,8 @@ import static_runtime as sr
 from static_runtime.runtime.hot import wait_for_builds
 
 RUNNERS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
-           "torch_compile", "onnxruntime", "static_runtime", "static_runtime_fused")
+           "torch_compile", "onnxruntime", "static_runtime", "static_runtime_fused",
+           "static_runtime_measured")
 DEMO_RUNNERS = ("eager", "torchscript", "pytorch_static_runtime", "static_runtime")
 
 # Tolerances of outputs_agree, also used to decide whether an ONNX export is faithful.
@@ -185,6 +186,12 @@ def _make_static_runtime_fused(s: _Setup) -> Callable[[], Any]:
     s.details["regions"] = sum(n.kind == "static_runtime::fused_region"
                                for n in s.details["module"].graph.walk())
     return run
+
+
+def _make_static_runtime_measured(s: _Setup) -> Callable[[], Any]:
+    """Ours with ``kernel_choice="measure"``: GEMM kernels timed on this CPU on the first
+    call of each row count (counted in the first call; a warm cache times nothing)."""
+    return _make_static_runtime(s, sr.StaticModuleOptions(kernel_choice="measure"))
 
 
 def _make_torch_compile(s: _Setup) -> Callable[[], Any]:
@@ -445,6 +452,7 @@ _FACTORIES: dict[str, Callable[[_Setup], Callable[[], Any]]] = {
     "onnxruntime": _make_onnxruntime,
     "static_runtime": _make_static_runtime,
     "static_runtime_fused": _make_static_runtime_fused,
+    "static_runtime_measured": _make_static_runtime_measured,
 }
 
 

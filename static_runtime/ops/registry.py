@@ -108,8 +108,16 @@ class UnsupportedOperatorError(RuntimeError):
 NativeFactory = Callable[[Node], Callable[..., Any] | None]
 OutFactory = Callable[[Node], tuple[Callable[..., Any], Callable[..., Any]] | None]
 
+#: ``factory(node, chooser, default)`` → an implementation or None: implementations that
+#: pick their kernel by measurement (``ops/gemm.py``, ``ops/conv.py``), taking the place of
+#: ``default`` — what selection gives otherwise, an ``(fn, out_fn)`` pair for an out variant
+#: (and the factory returns a pair), a function for a native — under
+#: ``kernel_choice="measure"``.
+MeasuredFactory = Callable[[Node, Any, Any], Any]
+
 _out_variants: dict[str, OutFactory] = {}
 _natives: dict[str, NativeFactory] = {}
+_measured: dict[str, MeasuredFactory] = {}
 
 
 def register_out_variant(*kinds: str) -> Callable[[OutFactory], OutFactory]:
@@ -120,6 +128,19 @@ def register_out_variant(*kinds: str) -> Callable[[OutFactory], OutFactory]:
             if kind in _out_variants:
                 raise ValueError(f"an out variant for {kind} is already registered")
             _out_variants[kind] = factory
+        return factory
+
+    return deco
+
+
+def register_measured(*kinds: str) -> Callable[[MeasuredFactory], MeasuredFactory]:
+    """Register a factory of kernels chosen by measurement (see ``MeasuredFactory``)."""
+
+    def deco(factory: MeasuredFactory) -> MeasuredFactory:
+        for kind in kinds:
+            if kind in _measured:
+                raise ValueError(f"a measured implementation of {kind} is already registered")
+            _measured[kind] = factory
         return factory
 
     return deco
@@ -139,16 +160,18 @@ def register_native(*kinds: str) -> Callable[[NativeFactory], NativeFactory]:
 
 
 def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool = True,
-           variadic_sizes: bool = False) -> OpImpl:
+           variadic_sizes: bool = False, kernels: Any = None) -> OpImpl:
     """Choose the implementation of ``node``: out variant, native, fallback, in that order.
 
     ``fast_bindings``: derived out variants and the fallback call the operator through its
     Python binding where that provably runs the same overload (``ops/bindings.py``), else
     through ``torch.ops``. ``variadic_sizes`` (with ``fast_bindings``): a fallback taking an
     int list that a ``prim::ListConstruct`` builds also gets the form taking its elements
-    (``OpImpl.spread``, ``bindings.bind_spread``)."""
+    (``OpImpl.spread``, ``bindings.bind_spread``). ``kernels``: a ``KernelChooser``
+    (``ops/kernels.py``) — an out variant whose kernel is chosen by measurement
+    (``ops/gemm.py``) then takes the place of the one selected otherwise."""
     # Importing the implementation modules registers them.
-    from static_runtime.ops import fallback, out_variants, selection  # noqa: F401
+    from static_runtime.ops import conv, fallback, gemm, out_variants, selection  # noqa: F401
     from static_runtime.ops.native import (  # noqa: F401
         containers,
         fused,
@@ -168,6 +191,9 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     if pair is None and enable_out_variant:
         pair = out_variants.derived(node, fast_bindings=fast_bindings)
     if pair is not None:
+        measured = _measured.get(node.kind) if kernels is not None else None
+        if measured is not None:
+            pair = measured(node, kernels, pair) or pair
         fn, out_fn = pair
         if enable_out_variant:
             return OpImpl(Tier.OUT, fn, out_fn, _label(out_fn))
@@ -178,6 +204,9 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     if factory is not None:
         fn = factory(node)
         if fn is not None:
+            measured = _measured.get(node.kind) if kernels is not None else None
+            if measured is not None:
+                fn = measured(node, kernels, fn) or fn
             return OpImpl(Tier.NATIVE, fn, None, _label(fn))
     fn, reason = fallback.resolve(node, fast_bindings=fast_bindings)
     if fn is not None:

@@ -27,6 +27,7 @@ from static_runtime.memory.cache import LayoutCache, structure
 from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.lifetimes import analyze as analyze_lifetimes
 from static_runtime.memory.planner import MemoryPlan, plan_best
+from static_runtime.ops.kernels import KernelChooser
 from static_runtime.ops.registry import Tier
 from static_runtime.passes.pipeline import run_passes
 from static_runtime.runtime import metrics
@@ -90,6 +91,9 @@ class StaticModule:
                                     dynamic_shapes=dynamic_shapes)
         manage = self.options.enable_out_variant and self.options.optimize_memory
         self.lifetimes = Lifetimes(0, ())
+        #: chooses GEMM kernels by measurement (``kernel_choice="measure"``), else None
+        self.kernels: KernelChooser | None = (
+            KernelChooser() if self.options.kernel_choice == "measure" else None)
 
         def managed_values(is_out_variant) -> tuple[set, set]:
             self.lifetimes = analyze_lifetimes(
@@ -103,7 +107,8 @@ class StaticModule:
             copied_outputs=tuple(i for i, v in enumerate(self.graph.outputs)
                                  if may_hold_list_or_dict(v.type)),
             fast_bindings=self.options.fast_bindings,
-            variadic_sizes=self.options.variadic_sizes)
+            variadic_sizes=self.options.variadic_sizes,
+            kernels=self.kernels)
         self.layouts = LayoutCache(self.options.plan_cache_size)
         self._codes = CodeCache(self.plan, _describe_model(model),
                                 specialize=self.options.specialize_signature,
@@ -301,7 +306,8 @@ class StaticModule:
             tier = "control flow" if pn.control is not Control.NONE else pn.tier.value
             where = f"  # {pn.node.source}" if pn.node.source else ""
             label = pn.impl.label if pn.control is Control.NONE else ""
-            status = getattr(pn.fn, "status", None)  # a fused region: what it compiled
+            # a fused region: what it compiled; a measured GEMM: its choices and timings
+            status = getattr(pn.fn, "status", None)
             if callable(status):
                 label += f" — {status()}"
             kept = " [managed]" if pn.managed else ""
@@ -313,6 +319,8 @@ class StaticModule:
         lines.append(f"tiers: {counts}")
         if self._memory is not None and self._memory.programs is not None:
             lines.extend(self._memory.programs.describe())
+        if self.kernels is not None:
+            lines.append(self.kernels.summary())
         checks = self.out_variant_checks
         if checks is not None and checks.refused:
             lines.append(f"out variants refused ({len(checks.refused)}), run functionally:")

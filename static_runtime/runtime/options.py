@@ -13,6 +13,8 @@ from static_runtime.passes.pipeline import PASS_ORDER
 
 #: What ``StaticModuleOptions.fusion_compiler`` may be.
 FUSION_COMPILERS = (None, "inductor")
+#: What ``StaticModuleOptions.kernel_choice`` may be.
+KERNEL_CHOICES = (None, "default", "measure")
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,14 @@ class StaticModuleOptions:
     #: without one, or where Inductor refuses a region, a warning names it and it runs
     #: unfused. See README, "Fused regions".
     fusion_compiler: str | None = None
+    #: None or "default": each GEMM runs the kernel selected for it by fixed rules (ATen's
+    #: ``addmm``; oneDNN for a fused linear from 8 rows on). "measure": for linear, addmm,
+    #: mm and matmul with a constant float32 weight (and the fused linear + activation), the
+    #: kernels PyTorch ships (ATen/MKL ``addmm``, oneDNN prepacked, MKL packed) are timed on
+    #: each new row count's first call — at most 20 ms a node and 1 s a module — and the
+    #: fastest kept; choices are cached on disk per CPU (``ops/kernels.py``; README,
+    #: "Kernel choice by measurement").
+    kernel_choice: str | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -144,6 +154,9 @@ class StaticModuleOptions:
         if self.fusion_compiler not in FUSION_COMPILERS:
             raise ValueError(f"StaticModuleOptions.fusion_compiler must be one of "
                              f"{FUSION_COMPILERS}, got {self.fusion_compiler!r}")
+        if self.kernel_choice not in KERNEL_CHOICES:
+            raise ValueError(f"StaticModuleOptions.kernel_choice must be one of "
+                             f"{KERNEL_CHOICES}, got {self.kernel_choice!r}")
         if self.memory_planner not in ("best", "greedy_by_size", "storage_groups"):
             raise ValueError(f"StaticModuleOptions.memory_planner must be 'best', "
                              f"'greedy_by_size' or 'storage_groups', got {self.memory_planner!r}")

@@ -91,12 +91,14 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
                managed: Callable[[Callable[[Node], bool]], tuple[set[Value], set[Value]]]
                | None,
                copied_outputs: tuple[int, ...] = (),
-               fast_bindings: bool = True, variadic_sizes: bool = False) -> ExecutionPlan:
+               fast_bindings: bool = True, variadic_sizes: bool = False,
+               kernels: Any = None) -> ExecutionPlan:
     """Select an implementation for every node and lay the values out in slots.
 
     ``managed`` is given the out-variant predicate and returns the managed intermediates
     and the managed outputs (None: manage nothing). Raises ``UnsupportedOperatorError`` for the
-    first node nothing can run.
+    first node nothing can run. ``kernels``: a ``KernelChooser`` for the implementations
+    whose kernel is chosen by measurement (``ops/gemm.py``), or None.
     """
     slot_of: dict[Value, int] = {}
     constants: dict[int, Any] = {}
@@ -121,7 +123,8 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
             impls[node] = OpImpl(Tier.NATIVE, None, None, "fork")  # the executor's business
             continue
         impls[node] = select(node, enable_out_variant=enable_out_variant,
-                             fast_bindings=fast_bindings, variadic_sizes=variadic_sizes)
+                             fast_bindings=fast_bindings, variadic_sizes=variadic_sizes,
+                             kernels=kernels)
 
     intermediates: set[Value] = set()
     outputs: set[Value] = set()

@@ -24,7 +24,9 @@ constant float32 weight, a product of at least ``ONEDNN_LINEAR_MIN_ROWS`` rows r
 ``_linear_pointwise`` on a weight reordered once (on first use), the activation fused; fewer
 rows run ``addmm`` and the activation in place, as the unfused nodes did (oneDNN's linear
 costs ~20 µs more per call, which only a large product hides; ``benchmarks/onednn_postops.py
---sweep``). Its output is a contiguous tensor either way, like ``linear``'s.
+--sweep``). Its output is a contiguous tensor either way, like ``linear``'s. Under
+``StaticModuleOptions(kernel_choice="measure")`` that fixed threshold is replaced by a choice
+measured per row count on the machine (``ops/gemm.py``).
 
 All three are defined as PyTorch operators too (``torch.ops.static_runtime.attention``...) with
 the unfused composition as their implementation, so a printed graph parses back and the

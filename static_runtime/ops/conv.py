@@ -1,0 +1,172 @@
+"""Fused convolutions with a constant weight, their kernel chosen by measurement
+(``ops/kernels.py``), as ``ops/gemm.py`` does for GEMMs.
+
+Under ``StaticModuleOptions(kernel_choice="measure")`` this takes the place of the fixed rules
+of ``static_runtime::conv2d_pointwise`` (``ops/native/fused.py``: oneDNN prepacked, and a
+1 × 1 convolution below a size as a matrix product) for float32 4-D inputs on the CPU. For
+each input shape, layout (channels-last or not) and thread count, the first call times
+
+* ``onednn``: ``mkldnn._convolution_pointwise`` on the weight reordered once, the
+  activation fused (what runs without measuring);
+* ``aten``: ``conv2d`` on the input in channels-last (converted when it is not: the
+  conversion is timed with it) and the weight in channels-last, the activation in place;
+* ``matmul`` (1 × 1, stride 1, no padding, one group): the channels-last input seen as a
+  (pixels, in channels) matrix times the (in, out) weight, by ``addmm``, the activation in
+  place.
+
+Every candidate returns a channels-last tensor, as the oneDNN kernel does, so a choice never
+changes the layout the operators after it see (``passes/fusion.py`` fuses only convolutions
+whose outputs reach layout-insensitive uses, and mixed layouts would slow those down).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from static_runtime.ir.graph import Node
+from static_runtime.ops.kernels import KernelChooser
+from static_runtime.ops.native.fused import CONV2D_POINTWISE, CONV_POSTOPS, _is_pointwise_1x1
+from static_runtime.ops.registry import labelled, register_measured
+from static_runtime.ops.selection import constant_value
+
+
+@register_measured("static_runtime::conv2d_pointwise")
+def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[..., Any]
+                      ) -> Callable[..., Any] | None:
+    if node.schema != CONV2D_POINTWISE or not torch.backends.mkldnn.is_available():
+        return None
+    weight, bias = constant_value(node.inputs[1]), constant_value(node.inputs[2])
+    args = [constant_value(v) for v in node.inputs[3:]]
+    if not (isinstance(weight, torch.Tensor) and weight.dtype is torch.float32
+            and weight.dim() == 4 and weight.layout == torch.strided and not weight.is_meta
+            and (bias is None or (isinstance(bias, torch.Tensor) and bias.dim() == 1
+                                  and bias.dtype is torch.float32))
+            and all(a is not NotImplemented for a in args) and args[-1] in CONV_POSTOPS):
+        return None
+    stride, padding, dilation, groups, attr = args
+    kernels = ConvKernels(weight, bias, list(stride), list(padding), list(dilation), groups,
+                          attr)
+    names = kernels.names()
+    cl = torch.channels_last
+    f32 = torch.float32
+    threads = torch.get_num_threads
+    chosen: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
+    choices: dict[tuple, Any] = {}
+    spec = (f"w={tuple(weight.shape)} stride={list(stride)} padding={list(padding)} "
+            f"dilation={list(dilation)} groups={groups} bias={bias is not None}")
+
+    def decide(x: torch.Tensor, key: tuple):
+        problem = (f"conv2d+{attr} float32 x={tuple(x.shape)} "
+                   f"{'channels_last' if key[1] else 'strides=' + str(tuple(x.stride()))} "
+                   f"{spec}")
+
+        def make():
+            return {name: _bound(kernels.kernel(name), x) for name in names}
+
+        choice = chooser.choose(problem, names, make, default="onednn")
+        kernel = kernels.kernel(choice.name)
+        if not choice.how.startswith("default (another"):
+            chosen[key] = kernel
+            choices[key] = choice
+        return kernel
+
+    @labelled(f"conv2d_pointwise ({attr}): kernel chosen per input shape by measurement")
+    def fn(x, w, b, stride_, padding_, dilation_, groups_, attr_):
+        if w is weight and b is bias and x.dtype is f32 and x.dim() == 4 \
+                and x.device.type == "cpu" and not x.is_mkldnn:
+            channels_last = x.is_contiguous(memory_format=cl)
+            if channels_last or x.is_contiguous():
+                key = (x.shape, channels_last, threads())
+                kernel = chosen.get(key) or decide(x, key)
+                return kernel(x)
+        return default(x, w, b, stride_, padding_, dilation_, groups_, attr_)
+
+    def status() -> str:
+        if not choices:
+            return "no kernel chosen yet"
+        return "; ".join(f"x={tuple(s)}{' channels-last' if c else ''} threads={t}: "
+                         f"{ch.describe()}" for (s, c, t), ch in choices.items())
+
+    fn.status = status  # type: ignore[attr-defined]
+    fn.choices = choices  # type: ignore[attr-defined]
+    fn.problem = ("conv2d", tuple(weight.shape), list(stride), list(padding),  # type: ignore[attr-defined]
+                  list(dilation), groups, bias is not None, attr)
+    return fn
+
+
+class ConvKernels:
+    """The candidate kernels of one convolution, each ``x -> channels-last result``."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
+                 padding: list[int], dilation: list[int], groups: int, attr: str):
+        self.weight, self.bias, self.attr = weight, bias, attr
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        _, self.act_, self.unary, self.scalars, self.algorithm = CONV_POSTOPS[attr]
+        self._onednn_weight: torch.Tensor | None = None
+        self._cl_weight: torch.Tensor | None = None
+
+    def names(self) -> tuple[str, ...]:
+        names = ["onednn", "aten"]
+        if _is_pointwise_1x1(self.weight, self.stride, self.padding, self.groups):
+            names.append("matmul")
+        return tuple(names)
+
+    def kernel(self, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+        makers = {"onednn": self._onednn, "aten": self._aten, "matmul": self._matmul}
+        if name not in makers or name not in self.names():
+            raise ValueError(f"no convolution kernel named {name!r} for this convolution; "
+                             f"there are {list(self.names())}")
+        return makers[name]()
+
+    def _onednn(self):
+        if self._onednn_weight is None:
+            self._onednn_weight = torch.ops.mkldnn._reorder_convolution_weight(
+                self.weight, self.padding, self.stride, self.dilation, self.groups)
+        packed, bias = self._onednn_weight, self.bias
+        padding, stride, dilation, groups = self.padding, self.stride, self.dilation, self.groups
+        unary, scalars, algorithm = self.unary, self.scalars, self.algorithm
+        pointwise = torch.ops.mkldnn._convolution_pointwise.default
+
+        def onednn(x):
+            return pointwise(x, packed, bias, padding, stride, dilation, groups, unary,
+                             scalars, algorithm)
+
+        return onednn
+
+    def _aten(self):
+        cl = torch.channels_last
+        if self._cl_weight is None:
+            self._cl_weight = self.weight.contiguous(memory_format=cl)
+        weight, bias, act_ = self._cl_weight, self.bias, self.act_
+        stride, padding, dilation, groups = self.stride, self.padding, self.dilation, self.groups
+        conv2d = torch.conv2d
+
+        def aten(x):
+            out = conv2d(x.contiguous(memory_format=cl), weight, bias, stride, padding,
+                         dilation, groups)
+            return out if act_ is None else act_(out)
+
+        return aten
+
+    def _matmul(self):
+        cout, cin = self.weight.shape[:2]
+        weight_t = self.weight.reshape(cout, cin).t()
+        bias, act_ = self.bias, self.act_
+        cl = torch.channels_last
+        addmm, mm = torch.addmm, torch.mm
+
+        def matmul(x):
+            n, _, h, w = x.shape
+            pixels = x.contiguous(memory_format=cl).permute(0, 2, 3, 1).reshape(n * h * w, cin)
+            out = mm(pixels, weight_t) if bias is None else addmm(bias, pixels, weight_t)
+            out = out.view(n, h, w, cout).permute(0, 3, 1, 2)
+            return out if act_ is None else act_(out)
+
+        return matmul
+
+
+def _bound(kernel: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor):
+    return lambda: kernel(x)

@@ -1,0 +1,317 @@
+"""GEMM-like nodes with a constant weight, their kernel chosen by measurement (``ops/kernels.py``).
+
+Under ``StaticModuleOptions(kernel_choice="measure")`` these implementations take the place
+of the ones selected otherwise for
+
+* ``aten::linear(x, W, b)`` and ``static_runtime::linear_pointwise(x, W, b, attr)`` with a
+  constant 2-D weight and a constant 1-D bias or none (the activation ``attr`` names is the
+  epilogue),
+* ``aten::addmm(b, x, B, beta=1, alpha=1)`` with a constant 2-D ``B`` and 1-D ``b``,
+* ``aten::mm(x, B)`` and ``aten::matmul(x, B)`` with a constant 2-D ``B``,
+
+all float32. Each computes ``act(x2 · Wᵀ + b)`` on ``x`` as a (rows, k) matrix (a contiguous
+input of rank ≥ 3 folded, a vector as one row, as eager ``linear`` and ``matmul`` fold them).
+For each row count and intra-op thread count, the first call asks the module's
+``KernelChooser`` which of these is fastest — it times them on that call's own tensors unless
+the choice is remembered — and keeps the answer for the next calls:
+
+* ``aten``: ``addmm(b, x, Wᵀ, out=)`` (``mm`` without a bias), the activation in place: what
+  runs without measuring (MKL on x86);
+* ``onednn``: ``mkldnn._linear_pointwise`` on the weight reordered once into oneDNN's blocked
+  layout, bias and activation fused; it allocates its result, so the copy into the planned
+  tensor is part of what is timed;
+* ``mkl``: ``mkl._mkl_linear`` on the weight packed by MKL for that row count (kept only
+  where it won), the activation in place, copied likewise.
+
+Anything else — another dtype or device, a non-contiguous input, arguments that are not the
+constants (a planning run on meta copies) — runs the implementation selected otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from static_runtime.ir.graph import Node
+from static_runtime.ops.kernels import KernelChooser
+from static_runtime.ops.native.fused import LINEAR_POINTWISE, LINEAR_POSTOPS
+from static_runtime.ops.registry import labelled, register_measured
+from static_runtime.ops.selection import _LINEAR, constant_value
+
+_ADDMM = ("aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, "
+          "Scalar alpha=1) -> Tensor")
+_MM = "aten::mm(Tensor self, Tensor mat2) -> Tensor"
+_MATMUL = "aten::matmul(Tensor self, Tensor other) -> Tensor"
+
+Pair = tuple[Callable[..., Any], Callable[..., Any]]
+
+
+def _is_matrix(t: Any) -> bool:
+    return (isinstance(t, torch.Tensor) and t.dim() == 2 and t.dtype is torch.float32
+            and t.layout == torch.strided and t.device.type == "cpu" and t.numel() > 0
+            and not t.is_meta)
+
+
+def _is_bias(b: Any, n: int) -> bool:
+    return b is None or (isinstance(b, torch.Tensor) and b.dim() == 1 and b.shape[0] == n
+                         and b.dtype is torch.float32 and b.layout == torch.strided
+                         and b.device.type == "cpu")
+
+
+@register_measured("aten::linear", "static_runtime::linear_pointwise")
+def _linear(node: Node, chooser: KernelChooser, default: Pair) -> Pair | None:
+    if node.schema not in (_LINEAR, LINEAR_POINTWISE) or len(node.inputs) < 3:
+        return None
+    weight, bias = constant_value(node.inputs[1]), constant_value(node.inputs[2])
+    attr = "none"
+    if node.schema == LINEAR_POINTWISE:
+        attr = constant_value(node.inputs[3])
+        if attr not in LINEAR_POSTOPS:
+            return None
+    if not _is_matrix(weight) or not _is_bias(bias, weight.shape[0]):
+        return None
+    op = "linear" if attr == "none" else f"linear+{attr}"
+    return _measured_pair(node.kind, op, chooser, default, x_index=0, ranks=(1, 2, 3, None),
+                          constants=((1, weight), (2, bias)),
+                          weight_t=weight.t(), bias=bias, attr=attr)
+
+
+@register_measured("aten::addmm")
+def _addmm(node: Node, chooser: KernelChooser, default: Pair) -> Pair | None:
+    if node.schema != _ADDMM:
+        return None
+    bias, mat2 = constant_value(node.inputs[0]), constant_value(node.inputs[2])
+    beta, alpha = constant_value(node.inputs[3]), constant_value(node.inputs[4])
+    if not (_is_matrix(mat2) and bias is not None and _is_bias(bias, mat2.shape[1])
+            and type(beta) in (int, float) and beta == 1
+            and type(alpha) in (int, float) and alpha == 1):
+        return None
+    return _measured_pair(node.kind, "addmm", chooser, default, x_index=1, ranks=(2,),
+                          constants=((0, bias), (2, mat2)),
+                          weight_t=mat2, bias=bias, attr="none")
+
+
+@register_measured("aten::mm", "aten::matmul")
+def _mm(node: Node, chooser: KernelChooser, default: Pair) -> Pair | None:
+    if node.schema not in (_MM, _MATMUL):
+        return None
+    mat2 = constant_value(node.inputs[1])
+    if not _is_matrix(mat2):
+        return None
+    is_mm = node.schema == _MM
+    return _measured_pair(node.kind, "mm" if is_mm else "matmul", chooser, default,
+                          x_index=0, ranks=(2,) if is_mm else (1, 2, 3, None),
+                          constants=((1, mat2),), weight_t=mat2, bias=None,
+                          attr="none")
+
+
+def candidate_names() -> tuple[str, ...]:
+    """The GEMM kernels this build of PyTorch has: ATen's default always."""
+    names = ["aten"]
+    if torch.backends.mkldnn.is_available():
+        names.append("onednn")
+    if torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear"):
+        names.append("mkl")
+    return tuple(names)
+
+
+class GemmKernels:
+    """The candidate kernels of one product ``act(x2 · weight_t + bias)``, each a function
+    ``(x2, o2) -> result`` (``o2``: the (rows, n) tensor to write, or None to allocate)."""
+
+    def __init__(self, weight_t: torch.Tensor, bias: torch.Tensor | None, attr: str):
+        self.weight_t, self.bias, self.attr = weight_t, bias, attr
+        self.k, self.n = weight_t.shape
+        _, self.act_, self.unary, self.scalars, self.algorithm = LINEAR_POSTOPS[attr]
+        self._weight: torch.Tensor | None = None  # (n, k) contiguous, for the packings
+        self._onednn_weight: torch.Tensor | None = None
+        self.mkl_packs: dict[int, torch.Tensor] = {}
+
+    @property
+    def weight(self) -> torch.Tensor:
+        if self._weight is None:
+            self._weight = self.weight_t.t().contiguous()
+        return self._weight
+
+    def kernel(self, name: str, rows: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+        makers = {"aten": self._aten, "onednn": self._onednn, "mkl": self._mkl}
+        if name not in makers:
+            raise ValueError(f"no GEMM kernel named {name!r}; there are {sorted(makers)}")
+        return makers[name](rows)
+
+    def _aten(self, rows: int):
+        weight_t, bias, act_ = self.weight_t, self.bias, self.act_
+        addmm, mm = torch.addmm, torch.mm
+
+        def aten(x2, o2):
+            if o2 is None:
+                y = mm(x2, weight_t) if bias is None else addmm(bias, x2, weight_t)
+            else:
+                y = mm(x2, weight_t, out=o2) if bias is None \
+                    else addmm(bias, x2, weight_t, out=o2)
+            return y if act_ is None else act_(y)
+
+        return aten
+
+    def _onednn(self, rows: int):
+        if self._onednn_weight is None:
+            self._onednn_weight = torch.ops.mkldnn._reorder_linear_weight(self.weight)
+        packed, bias = self._onednn_weight, self.bias
+        unary, scalars, algorithm = self.unary, self.scalars, self.algorithm
+        pointwise = torch.ops.mkldnn._linear_pointwise.default
+
+        def onednn(x2, o2):
+            y = pointwise(x2, packed, bias, unary, scalars, algorithm)
+            return y if o2 is None else o2.copy_(y)
+
+        return onednn
+
+    def _mkl(self, rows: int):
+        packed = self.mkl_packs.get(rows)
+        if packed is None:
+            packed = self.mkl_packs[rows] = torch.ops.mkl._mkl_reorder_linear_weight(
+                self.weight, rows)
+        weight, bias, act_ = self.weight, self.bias, self.act_
+        linear = torch.ops.mkl._mkl_linear.default
+
+        def mkl(x2, o2):
+            y = linear(x2, packed, weight, bias, rows)
+            if act_ is not None:
+                act_(y)
+            return y if o2 is None else o2.copy_(y)
+
+        return mkl
+
+
+def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
+                   x_index: int, ranks: tuple, constants: tuple[tuple[int, Any], ...],
+                   weight_t: torch.Tensor, bias: torch.Tensor | None, attr: str) -> Pair:
+    """``(fn, out_fn)`` running the chosen kernel where the arguments at the indices of
+    ``constants`` are those constants and the input folds to a contiguous (rows, k) float32
+    matrix; ``default`` otherwise. ``ranks``: the input ranks folded (None: any rank ≥ 3)."""
+    default_fn, default_out = default
+    kernels = GemmKernels(weight_t, bias, attr)
+    k, n = kernels.k, kernels.n
+    names = candidate_names()
+    any_rank = None in ranks
+    #: (rows, threads) → the kernel, and the choice it came from
+    chosen: dict[tuple[int, int], Callable[..., torch.Tensor]] = {}
+    choices: dict[tuple[int, int], Any] = {}
+    threads = torch.get_num_threads
+    f32 = torch.float32
+    wstride = tuple(weight_t.stride())
+    (i1, c1), (i2, c2) = (constants * 2)[:2]
+    #: The last call's layout, so that the next call of the same shapes (the arena hands the
+    #: same out tensor on every call of a layout) checks a few facts instead of folding and
+    #: looking up again: out form (out, x's shape, threads, kernel, out as (rows, n) or None
+    #: if x is already a matrix, rows); allocating form (x's shape, threads, kernel, rows).
+    #: Read as one tuple: concurrent runtimes at worst replace each other's entry.
+    last_out: list[tuple | None] = [None]
+    last_fn: list[tuple | None] = [None]
+
+    def decide(x2: torch.Tensor, o2: torch.Tensor | None, key: tuple[int, int]):
+        rows = key[0]
+        scratch = o2 if o2 is not None else x2.new_empty((rows, n))
+        problem = (f"{op} float32 M={rows} K={k} N={n} x={tuple(x2.stride())} w={wstride} "
+                   f"bias={bias is not None}")
+
+        def make():
+            return {name: _bound(kernels.kernel(name, rows), x2, scratch) for name in names}
+
+        choice = chooser.choose(problem, names, make, default="aten")
+        if choice.name != "mkl":
+            kernels.mkl_packs.pop(rows, None)
+        kernel = kernels.kernel(choice.name, rows)
+        if not choice.how.startswith("default (another"):
+            chosen[key] = kernel
+            choices[key] = choice
+        return kernel
+
+    def fold(x: torch.Tensor):
+        """``x`` as a contiguous (rows, k) matrix, or None."""
+        if x.dtype is not f32 or x.device.type != "cpu" or x.shape[-1:] != (k,) \
+                or not x.is_contiguous():
+            return None
+        rank = x.dim()
+        if rank == 2:
+            return x
+        if rank == 1 and 1 in ranks:
+            return x.unsqueeze(0)
+        if rank >= 3 and (any_rank or rank in ranks):
+            return x.view(-1, k)
+        return None
+
+    def kernel_for(x2, o2):
+        key = (x2.shape[0], threads())
+        return chosen.get(key) or decide(x2, o2, key)
+
+    def fn_slow(x, args):
+        x2 = fold(x)
+        if x2 is None:
+            return default_fn(*args)
+        kernel = kernel_for(x2, None)
+        if kernel is chosen.get((x2.shape[0], threads())):
+            last_fn[0] = (x.shape, threads(), kernel, x2.shape[0])
+        y = kernel(x2, None)
+        return y if x2 is x else y.view(*x.shape[:-1], n)
+
+    @labelled(f"{kind} ({op}): kernel chosen per row count by measurement")
+    def fn(*args):
+        if args[i1] is c1 and args[i2] is c2:
+            x = args[x_index]
+            c = last_fn[0]
+            if c is not None and x.shape == c[0] and x.dtype is f32 and x.is_contiguous() \
+                    and c[1] == threads():
+                if x.dim() == 2:
+                    return c[2](x, None)
+                return c[2](x.view(c[3], k), None).view(*x.shape[:-1], n)
+            return fn_slow(x, args)
+        return default_fn(*args)
+
+    def out_slow(out, x, args):
+        x2 = fold(x)
+        if x2 is None or not out.is_contiguous() or out.shape != (*x.shape[:-1], n):
+            return default_out(out, *args)
+        o2 = out if x2 is x else out.view(x2.shape[0], n)
+        kernel = kernel_for(x2, o2)
+        if kernel is chosen.get((x2.shape[0], threads())):
+            last_out[0] = (out, x.shape, threads(), kernel, None if x2 is x else o2,
+                           x2.shape[0])
+        kernel(x2, o2)
+        return out
+
+    @labelled(f"{kind} ({op}): kernel chosen per row count by measurement, out=")
+    def out_fn(out, *args):
+        if args[i1] is c1 and args[i2] is c2:
+            x = args[x_index]
+            c = last_out[0]
+            if c is not None and c[0] is out and x.shape == c[1] and x.dtype is f32 \
+                    and x.is_contiguous() and c[2] == threads():
+                o2 = c[4]
+                if o2 is None:
+                    c[3](x, out)
+                else:
+                    c[3](x.view(c[5], k), o2)
+                return out
+            return out_slow(out, x, args)
+        return default_out(out, *args)
+
+    def status() -> str:
+        if not choices:
+            return "no kernel chosen yet"
+        return "; ".join(f"M={rows} threads={t}: {c.describe()}"
+                         for (rows, t), c in sorted(choices.items()))
+
+    for f in (fn, out_fn):
+        f.status = status  # type: ignore[attr-defined]
+        #: (rows, threads) → ``Choice``; what is chosen, for benchmarks and tools
+        f.choices = choices  # type: ignore[attr-defined]
+        #: the product: (op, k, n, has bias, epilogue)
+        f.problem = (op, k, n, bias is not None, attr)  # type: ignore[attr-defined]
+    return fn, out_fn
+
+
+def _bound(kernel: Callable[..., torch.Tensor], x2: torch.Tensor, o2: torch.Tensor):
+    return lambda: kernel(x2, o2)

@@ -1,0 +1,335 @@
+"""Kernel choice by measurement: candidates timed on this CPU, the fastest kept and remembered.
+
+Which GEMM kernel is fastest depends on the shape *and* the CPU: on an AMD EPYC (Zen 5) ATen's
+default (MKL) runs a 32 × 768 · 768 × 3072 product at 1.6 ms where oneDNN with a prepacked
+weight takes 0.65, yet at one row MKL takes 3 µs and oneDNN 13; on Intel CPUs MKL is the
+fast one. No fixed threshold is right, so — as FFTW's *wisdom* does — the candidates are
+timed on the machine itself, on the node's real shapes and thread count, and the choice is
+remembered on disk for the next process.
+
+``KernelChooser.choose(key, make, default)``: ``key`` is what fixes the answer apart from the
+machine (operator, shapes, dtype, strides, epilogue, thread count); the CPU (model name,
+family, model, ATen's ISA level) and torch's version are added here. A choice found in the
+cache (memory, then disk) is taken as is: nothing is timed. Otherwise ``make()`` gives the
+candidates, zero-argument callables that compute the same result; each is run once and
+compared with the default's result (a candidate that raises or disagrees beyond float
+tolerance is dropped, so a wrong kernel never serves), then timed in alternating rounds
+inside ``NODE_BUDGET_S``; the fastest best-of time wins, if it beats the default by
+``MIN_GAIN`` (else the default stays). A chooser spends at most
+``MODEL_BUDGET_S`` in all (one per ``StaticModule``); past that, the default serves, not
+remembered.
+
+The disk cache is one JSON file, ``$STATIC_RUNTIME_CACHE_DIR/kernels.json`` (default
+``~/.cache/static_runtime/``), read once per process. A write takes an exclusive ``flock`` on
+a lock file beside it, merges what other processes wrote meanwhile, writes a temporary file
+and renames it over the cache, so readers never see half a file and no process loses
+another's entries. An unreadable or unwritable cache is warned about once and the choices
+live in memory only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import platform
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+#: Time spent measuring one node at one shape, seconds (more only where three rounds of its
+#: candidates take longer: a product of milliseconds per call).
+NODE_BUDGET_S = 0.02
+#: Time one chooser (one ``StaticModule``) may spend measuring in all, warm-ups included.
+MODEL_BUDGET_S = 1.0
+#: A timed sample runs a candidate this long at least (a loop of calls for small kernels), so
+#: the clock's own cost (~0.1 µs) does not decide between 3 µs kernels.
+_MIN_SAMPLE_S = 20e-6
+#: Fewest and most timed rounds per candidate.
+_MIN_ROUNDS, _MAX_ROUNDS = 3, 15
+#: Measuring stops at this many times its budget even before ``_MIN_ROUNDS`` rounds.
+_HARD_FACTOR = 3
+#: Another kernel replaces the default only if it takes at most (1 - this) of its time.
+MIN_GAIN = 0.05
+CACHE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The kernel chosen for one key, and why."""
+
+    #: the candidate's name ("aten", "onednn", "mkl", ...)
+    name: str
+    #: best-of times of the candidates that ran, µs (empty when nothing was measured)
+    timings_us: dict[str, float] = field(default_factory=dict)
+    #: "measured", "cached" or "default (...)" saying why nothing was measured
+    how: str = "measured"
+
+    def describe(self) -> str:
+        times = ", ".join(f"{n} {t:.1f}" for n, t in sorted(self.timings_us.items(),
+                                                            key=lambda kv: kv[1]))
+        return f"{self.name} ({self.how}{'; µs: ' + times if times else ''})"
+
+
+def cpu_identity() -> str:
+    """What about this machine changes which kernel is fastest: CPU vendor, model, ISA level
+    ATen dispatches to, and the torch build."""
+    fields_ = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                name, _, value = line.partition(":")
+                name = name.strip()
+                if name in ("vendor_id", "cpu family", "model", "model name") \
+                        and name not in fields_:
+                    fields_[name] = value.strip()
+                if not line.strip() and fields_:
+                    break
+    except OSError:
+        fields_["machine"] = platform.machine() + " " + platform.processor()
+    parts = [fields_.get(k, "?") for k in ("vendor_id", "cpu family", "model", "model name")]
+    if "machine" in fields_:
+        parts.append(fields_["machine"])
+    parts.append(torch.backends.cpu.get_cpu_capability())
+    parts.append("torch " + torch.__version__)
+    return " | ".join(parts)
+
+
+def cache_path() -> Path:
+    """``$STATIC_RUNTIME_CACHE_DIR/kernels.json``, else under ``$XDG_CACHE_HOME`` or
+    ``~/.cache``, in ``static_runtime/``."""
+    root = os.environ.get("STATIC_RUNTIME_CACHE_DIR")
+    if root:
+        return Path(root) / "kernels.json"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "static_runtime" / "kernels.json"
+
+
+class DiskCache:
+    """Choices of one cache file: key → entry, for the CPU it was made on."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._entries: dict[str, dict] | None = None
+        self._lock = threading.Lock()
+        self._warned = False
+
+    def get(self, key: str) -> dict | None:
+        with self._lock:
+            if self._entries is None:
+                self._entries = self._read()
+            return self._entries.get(key)
+
+    def put(self, key: str, entry: dict) -> None:
+        with self._lock:
+            if self._entries is None:
+                self._entries = self._read()
+            self._entries[key] = entry
+            try:
+                self._write(key, entry)
+            except OSError as e:
+                self._warn(f"cannot write the kernel choice cache {self.path} ({e}); choices "
+                           "are kept in memory only")
+
+    def _read(self) -> dict[str, dict]:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            self._warn(f"cannot read the kernel choice cache {self.path} ({e})")
+            return {}
+        try:
+            data = json.loads(text)
+            if data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"), dict):
+                raise ValueError(f"not format {CACHE_FORMAT}")
+            return dict(data["entries"])
+        except (ValueError, AttributeError) as e:
+            self._warn(f"the kernel choice cache {self.path} is unreadable ({e}); it will be "
+                       "rewritten")
+            return {}
+
+    def _write(self, key: str, entry: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        with open(lock_path, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
+            merged = self._read()  # what other processes wrote since we read it
+            merged.update(self._entries or {})
+            merged[key] = entry
+            self._entries = merged
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".kernels.", suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump({"format": CACHE_FORMAT, "entries": merged}, f, indent=0,
+                              sort_keys=True)
+                os.replace(tmp, self.path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"static_runtime: {message}", RuntimeWarning, stacklevel=3)
+
+
+_CACHES: dict[Path, DiskCache] = {}
+_CACHES_LOCK = threading.Lock()
+
+
+def disk_cache(path: Path | None = None) -> DiskCache:
+    """The process's one ``DiskCache`` for ``path`` (default: ``cache_path()``)."""
+    path = (path or cache_path()).absolute()
+    with _CACHES_LOCK:
+        cache = _CACHES.get(path)
+        if cache is None:
+            cache = _CACHES[path] = DiskCache(path)
+        return cache
+
+
+Candidate = Callable[[], torch.Tensor]
+
+
+class KernelChooser:
+    """Chooses kernels for one ``StaticModule`` (thread-safe), within its time budget.
+
+    ``measured`` counts the keys it timed, ``cached`` those it found remembered; ``spent_s``
+    is the time measuring took."""
+
+    def __init__(self, cache: DiskCache | None = None, *, node_budget_s: float = NODE_BUDGET_S,
+                 model_budget_s: float = MODEL_BUDGET_S):
+        self.cache = cache if cache is not None else disk_cache()
+        self.cpu = cpu_identity()
+        self.node_budget_s = node_budget_s
+        self.model_budget_s = model_budget_s
+        self.spent_s = 0.0
+        self.measured = 0
+        self.cached = 0
+        self.skipped = 0
+        self._lock = threading.Lock()
+
+    def full_key(self, key: str) -> str:
+        return f"{key} | threads={torch.get_num_threads()} | cpu={self.cpu}"
+
+    def lookup(self, key: str, names: tuple[str, ...]) -> Choice | None:
+        """The remembered choice for ``key`` if it names one of ``names``, else None."""
+        entry = self.cache.get(self.full_key(key))
+        if not entry or entry.get("choice") not in names:
+            return None
+        with self._lock:
+            self.cached += 1
+        return Choice(entry["choice"], dict(entry.get("us", {})), "cached")
+
+    def choose(self, key: str, names: tuple[str, ...],
+               make: Callable[[], dict[str, Candidate]], default: str) -> Choice:
+        """The fastest of the candidates ``make()`` returns (``names`` are the ones it may
+        return; ``default`` is among them and is the reference the others are checked
+        against). Measures only on a cache miss and while the budget lasts; another thread
+        measuring already → the default, for now."""
+        remembered = self.lookup(key, names)
+        if remembered is not None:
+            return remembered
+        if self.spent_s >= self.model_budget_s:
+            with self._lock:
+                self.skipped += 1
+            return Choice(default, {}, "default (measuring budget spent)")
+        if not self._lock.acquire(blocking=False):
+            return Choice(default, {}, "default (another call is measuring)")
+        start = time.perf_counter()
+        try:
+            budget = min(self.node_budget_s, self.model_budget_s - self.spent_s)
+            timings, dropped = _measure(make(), default, budget)
+        finally:
+            self.spent_s += time.perf_counter() - start
+            self.measured += 1
+            self._lock.release()
+        best = pick(timings, default)
+        entry = {"choice": best, "us": {n: round(t, 2) for n, t in timings.items()}}
+        if dropped:
+            entry["dropped"] = dropped
+        self.cache.put(self.full_key(key), entry)
+        return Choice(best, entry["us"], "measured")
+
+    def summary(self) -> str:
+        return (f"kernel choice: {self.measured} measured, {self.cached} from the cache, "
+                f"{self.skipped} past the budget; {self.spent_s * 1e3:.0f} ms measuring "
+                f"(cache {self.cache.path})")
+
+
+def pick(timings_us: dict[str, float], default: str) -> str:
+    """The fastest candidate — but the default unless another beats it by ``MIN_GAIN``: a
+    tie within measuring noise is no reason to leave the kernel that runs without measuring
+    (in a model, oneDNN's allocation and copy cost more than in a loop over one product)."""
+    best = min(timings_us, key=timings_us.get)
+    if best != default and default in timings_us \
+            and timings_us[best] > timings_us[default] * (1 - MIN_GAIN):
+        return default
+    return best
+
+
+def _measure(candidates: dict[str, Candidate], default: str,
+             budget_s: float) -> tuple[dict[str, float], dict[str, str]]:
+    """Best-of times in µs of the candidates that agree with ``default``'s result, and why
+    the others were dropped."""
+    if default not in candidates:
+        raise ValueError(f"the default kernel {default!r} is not among the candidates "
+                         f"{sorted(candidates)}")
+    clock = time.perf_counter
+    start = clock()
+    deadline = start + budget_s
+    # Past this, not even the fewest rounds are waited for (a machine so loaded that calls of
+    # microseconds take milliseconds must not hold a request for seconds).
+    hard_deadline = start + _HARD_FACTOR * budget_s
+    runs: dict[str, Candidate] = {}
+    loops: dict[str, int] = {}
+    dropped: dict[str, str] = {}
+    reference = None
+    for name in (default, *[n for n in candidates if n != default]):
+        fn = candidates[name]
+        t0 = clock()
+        try:
+            result = fn()
+        except RuntimeError as e:  # a kernel that refuses these arguments
+            if name == default:
+                raise
+            dropped[name] = f"raised {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+            continue
+        # calls per sample, from this first call (slower than the next: fewer calls, no harm)
+        loops[name] = max(1, int(_MIN_SAMPLE_S / max(clock() - t0, 1e-9)))
+        if name == default:
+            reference = result.clone()
+        elif not _agrees(result, reference):
+            dropped[name] = "disagreed with the default beyond float tolerance"
+            continue
+        runs[name] = fn
+    # Alternating rounds, so that a burst of load elsewhere hits every candidate alike; the
+    # best sample of each is its time (load only ever adds). At least _MIN_ROUNDS rounds, or
+    # one stalled sample could decide.
+    best = {name: float("inf") for name in runs}
+    for round_ in range(_MAX_ROUNDS):
+        for name, fn in runs.items():
+            n = loops[name]
+            t0 = clock()
+            for _ in range(n):
+                fn()
+            best[name] = min(best[name], (clock() - t0) / n)
+        now = clock()
+        if now >= hard_deadline or (round_ + 1 >= _MIN_ROUNDS and now >= deadline):
+            break
+    return {n: t * 1e6 for n, t in best.items()}, dropped
+
+
+def _agrees(result: torch.Tensor, reference: torch.Tensor) -> bool:
+    """Equal to float tolerance: a GEMM summed in another order differs by rounding only."""
+    if result.shape != reference.shape or result.dtype != reference.dtype:
+        return False
+    scale = max(1.0, float(reference.abs().max())) if reference.numel() else 1.0
+    return bool(torch.allclose(result, reference, rtol=1e-3, atol=1e-4 * scale,
+                               equal_nan=True))

@@ -1,0 +1,341 @@
+"""Kernel choice by measurement (``ops/kernels.py``) and the measured GEMMs (``ops/gemm.py``).
+
+Differential against TorchScript on two input shape sets, whichever kernel wins on this
+machine, and with each kernel forced; the cache round-trips and merges; a warm cache (another
+module, a loaded ``.srm``) measures nothing. Measurements are counted, never timed.
+"""
+
+import json
+import warnings
+
+import pytest
+import torch
+from differential import check
+from torch import nn
+
+import static_runtime as sr
+from static_runtime.ops import gemm, kernels
+from static_runtime.ops.kernels import Choice, DiskCache, KernelChooser
+
+MEASURE = sr.StaticModuleOptions(kernel_choice="measure", verify_memory_plans=True,
+                                 specialize_after=0)
+MEASURE_INTERP = sr.StaticModuleOptions(kernel_choice="measure", executor="interpreter")
+MEASURE_NO_OUT = sr.StaticModuleOptions(kernel_choice="measure", enable_out_variant=False,
+                                        optimize_memory=False)
+OPTIONS = {"measure": MEASURE, "interpreter": MEASURE_INTERP, "no out variants": MEASURE_NO_OUT}
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    """Every test gets its own, empty cache."""
+    monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+class Gemms(nn.Module):
+    """Every GEMM form the measured tier claims: linear (small, and large enough to be fused
+    with its relu into linear_pointwise), addmm, mm, matmul with a rank-3 input."""
+
+    def __init__(self):
+        super().__init__()
+        self.big = nn.Linear(64, 512 * 8)  # 512 × 512 elements or more: fused with the relu
+        self.small = nn.Linear(512 * 8, 48)
+        self.nobias = nn.Linear(48, 40, bias=False)
+        self.b = nn.Parameter(torch.randn(24) * 0.1)
+        self.B = nn.Parameter(torch.randn(40, 24) * 0.2)
+        self.C = nn.Parameter(torch.randn(24, 16) * 0.2)
+
+    def forward(self, x):
+        h = torch.relu(self.big(x))
+        h = self.small(h)
+        h = self.nobias(h)
+        flat = h.reshape(-1, 40)
+        y = torch.addmm(self.b, flat, self.B)
+        y = torch.mm(y, self.C)
+        z = torch.matmul(y.reshape(h.shape[0], -1, 16), self.C.t())
+        return torch.tanh(z)
+
+
+def _inputs():
+    torch.manual_seed(3)
+    return [torch.randn(2, 3, 64)], [torch.randn(4, 5, 64)]
+
+
+def test_differential_two_shape_sets():
+    first, second = _inputs()
+    mods = check(Gemms().eval(), first, second, options=OPTIONS)
+    mod = mods["measure"]
+    assert mod.kernels.measured > 0
+    kinds = [pn.kind for pn in mod.plan.nodes() if "by measurement" in pn.impl.label]
+    assert sorted(set(kinds)) == ["aten::addmm", "aten::linear", "aten::matmul", "aten::mm",
+                                  "static_runtime::linear_pointwise"]
+
+
+@pytest.mark.parametrize("name", gemm.candidate_names())
+def test_each_kernel_forced(name, monkeypatch):
+    """Whatever wins here, every candidate must compute the model right when chosen."""
+    monkeypatch.setattr(KernelChooser, "choose",
+                        lambda self, key, names, make, default: Choice(name, {}, "forced"))
+    first, second = _inputs()
+    mod = check(Gemms().eval(), first, second, options={"measure": MEASURE})["measure"]
+    assert f": {name} (forced)" in mod.describe()
+
+
+def test_vector_and_rank_four_inputs():
+    lin = nn.Linear(32, 24).eval()
+    check(lin, [torch.randn(32)], [torch.randn(2, 3, 4, 32)], options=OPTIONS)
+
+
+def test_other_dtype_and_non_contiguous_run_the_default():
+    lin = nn.Linear(16, 8).eval()
+    mod = sr.StaticModule(torch.jit.script(lin), MEASURE)
+    x = torch.randn(16, 5).t()  # not contiguous
+    torch.testing.assert_close(mod(x), lin(x))
+    assert mod.kernels.measured == 0
+    with pytest.raises(RuntimeError):  # the default's own error for a wrong width
+        mod(torch.randn(3, 7))
+
+
+def test_warm_cache_measures_nothing_and_describe_shows_the_choice(cache_dir):
+    scripted = torch.jit.script(Gemms().eval())
+    first, second = _inputs()
+    mod = sr.StaticModule(scripted, MEASURE)
+    mod.kernels.model_budget_s = 1e9  # (a loaded machine must not make this test skip any)
+    mod(*first)
+    mod(*second)
+    measured = mod.kernels.measured
+    assert measured >= 12 and mod.kernels.cached == 0 and mod.kernels.skipped == 0
+    text = mod.describe()
+    assert "M=6 threads=" in text and "(measured; µs: " in text and "aten " in text
+    assert f"kernel choice: {measured} measured" in text
+    entries = json.loads((cache_dir / "kernels.json").read_text())["entries"]
+    assert len(entries) == measured
+    assert all(e["choice"] in e["us"] for e in entries.values())
+
+    again = sr.StaticModule(scripted, MEASURE)
+    again.kernels.model_budget_s = 1e9
+    torch.testing.assert_close(again(*first), mod(*first))
+    again(*second)
+    assert again.kernels.measured == 0 and again.kernels.cached == measured
+    assert "(cached; µs: " in again.describe()
+
+
+def test_saved_module_measures_nothing(tmp_path):
+    scripted = torch.jit.script(Gemms().eval())
+    first, _ = _inputs()
+    mod = sr.StaticModule(scripted, MEASURE)
+    mod.kernels.model_budget_s = 1e9
+    expected = mod(*first)
+    path = tmp_path / "gemms.srm"
+    mod.save(path)
+    loaded = sr.load(path)
+    assert loaded.options.kernel_choice == "measure"
+    loaded.kernels.model_budget_s = 1e9
+    torch.testing.assert_close(loaded(*first), expected)
+    assert loaded.kernels.measured == 0 and loaded.kernels.cached == mod.kernels.measured
+
+
+def test_cache_in_another_process_measures_nothing(tmp_path, cache_dir):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    scripted = torch.jit.script(nn.Linear(64, 32).eval())
+    path = tmp_path / "lin.pt"
+    scripted.save(str(path))
+    code = ("import sys, torch, static_runtime as sr\n"
+            "mod = sr.StaticModule(sys.argv[1], sr.StaticModuleOptions(kernel_choice='measure'))\n"
+            "mod(torch.randn(4, 64))\n"
+            "print(mod.kernels.measured, mod.kernels.cached)\n")
+    root = str(Path(__file__).resolve().parents[2])
+    runs = [subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                           text=True, check=True, env={**__import__("os").environ,
+                                                       "PYTHONPATH": root}).stdout.split()
+            for _ in range(2)]
+    assert runs == [["1", "0"], ["0", "1"]]
+
+
+def test_budget_spent_serves_the_default():
+    lin = nn.Linear(32, 16).eval()
+    mod = sr.StaticModule(torch.jit.script(lin), MEASURE)
+    mod.kernels.model_budget_s = 0.0
+    x = torch.randn(8, 32)
+    torch.testing.assert_close(mod(x), lin(x))
+    mod(x)
+    assert mod.kernels.measured == 0 and mod.kernels.skipped == 1  # asked once, remembered
+    assert "aten (default (measuring budget spent))" in mod.describe()
+
+
+def test_default_option_has_no_chooser():
+    for choice in (None, "default"):
+        mod = sr.StaticModule(torch.jit.script(nn.Linear(4, 4).eval()),
+                              sr.StaticModuleOptions(kernel_choice=choice))
+        assert mod.kernels is None
+        assert "by measurement" not in mod.describe()
+    with pytest.raises(ValueError, match="kernel_choice must be one of"):
+        sr.StaticModuleOptions(kernel_choice="fastest")
+
+
+# -- the chooser and its cache
+
+
+def test_measure_drops_wrong_and_failing_candidates(tmp_path):
+    chooser = KernelChooser(DiskCache(tmp_path / "k.json"))
+    x = torch.randn(8, 8)
+    good = lambda: x * 2
+
+    def fails():
+        raise RuntimeError("not for these arguments")
+
+    choice = chooser.choose("k", ("ref", "wrong", "fails"),
+                            lambda: {"ref": good, "wrong": lambda: x * 3, "fails": fails}, "ref")
+    assert choice.name == "ref" and set(choice.timings_us) == {"ref"}
+    entry = chooser.cache.get(chooser.full_key("k"))
+    assert set(entry["dropped"]) == {"wrong", "fails"}
+    with pytest.raises(ValueError, match="default kernel"):
+        chooser.choose("other", ("a",), lambda: {"a": good}, "b")
+
+
+def test_pick_keeps_the_default_within_the_margin():
+    assert kernels.pick({"aten": 10.0, "onednn": 9.9}, "aten") == "aten"
+    assert kernels.pick({"aten": 10.0, "onednn": 9.0, "mkl": 9.4}, "aten") == "onednn"
+    assert kernels.pick({"aten": 10.0, "onednn": 11.0}, "aten") == "aten"
+    assert kernels.pick({"onednn": 5.0}, "aten") == "onednn"  # the default was dropped
+
+
+def test_disk_cache_round_trip_and_merge(tmp_path):
+    path = tmp_path / "sub" / "kernels.json"
+    one, two = DiskCache(path), DiskCache(path)  # as two processes would hold it
+    assert one.get("a") is None and two.get("b") is None
+    one.put("a", {"choice": "onednn", "us": {"onednn": 1.0, "aten": 2.0}})
+    two.put("b", {"choice": "aten", "us": {"aten": 1.0}})  # merges what `one` wrote
+    data = json.loads(path.read_text())
+    assert data["format"] == kernels.CACHE_FORMAT and set(data["entries"]) == {"a", "b"}
+    assert DiskCache(path).get("a") == {"choice": "onednn", "us": {"onednn": 1.0, "aten": 2.0}}
+    assert not list(path.parent.glob("*.tmp"))
+
+
+def test_corrupt_cache_warns_and_is_rewritten(tmp_path):
+    path = tmp_path / "kernels.json"
+    path.write_text("{not json")
+    cache = DiskCache(path)
+    with pytest.warns(RuntimeWarning, match="unreadable"):
+        assert cache.get("a") is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cache.put("a", {"choice": "aten", "us": {}})
+    assert DiskCache(path).get("a") == {"choice": "aten", "us": {}}
+
+
+def test_key_names_threads_and_cpu(tmp_path):
+    chooser = KernelChooser(DiskCache(tmp_path / "k.json"))
+    key = chooser.full_key("linear M=1")
+    assert f"threads={torch.get_num_threads()}" in key
+    assert torch.backends.cpu.get_cpu_capability() in key and torch.__version__ in key
+
+
+def test_remembered_choice_of_an_unknown_kernel_is_not_taken(tmp_path):
+    chooser = KernelChooser(DiskCache(tmp_path / "k.json"))
+    chooser.cache.put(chooser.full_key("k"), {"choice": "gone", "us": {}})
+    assert chooser.lookup("k", ("aten", "onednn")) is None
+
+
+def test_gemm_kernels_agree_with_addmm():
+    torch.manual_seed(0)
+    weight, bias = torch.randn(24, 40), torch.randn(24)
+    for attr in ("none", "relu", "gelu_tanh", "silu"):
+        ks = gemm.GemmKernels(weight.t(), bias, attr)
+        act = {"none": lambda t: t, "relu": torch.relu,
+               "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh"),
+               "silu": torch.nn.functional.silu}[attr]
+        for rows in (1, 7):
+            x = torch.randn(rows, 40)
+            expected = act(torch.addmm(bias, x, weight.t()))
+            for name in gemm.candidate_names():
+                kernel = ks.kernel(name, rows)
+                torch.testing.assert_close(kernel(x, None), expected, rtol=1e-4, atol=1e-5)
+                out = torch.empty(rows, 24)
+                assert kernel(x, out) is out
+                torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match="no GEMM kernel named"):
+        ks.kernel("cublas", 1)
+
+
+def test_concurrent_first_calls_are_right():
+    """Runtimes of the pool measuring at once: one measures, the others serve the default
+    meanwhile; every result is right."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = Gemms().eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    torch.manual_seed(5)
+    xs = [torch.randn(b, s, 64) for b, s in ((1, 2), (2, 3), (3, 1), (1, 7))] * 3
+    with torch.inference_mode():
+        expected = [model(x) for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(mod, xs))
+    for got, want in zip(results, expected, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    assert mod.kernels.measured > 0
+
+
+# -- convolutions (ops/conv.py)
+
+
+class Convs(nn.Module):
+    """Fused convolutions of each kind: 3 × 3 + relu, 1 × 1 (the matmul candidate), depthwise
+    + hardswish, and a residual add; the pool makes the layout invisible at the output."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 16, 3, padding=1)
+        self.point = nn.Conv2d(16, 24, 1)
+        self.depth = nn.Conv2d(24, 24, 3, padding=1, groups=24, bias=False)
+        self.back = nn.Conv2d(24, 16, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        y = nn.functional.hardswish(self.depth(self.point(h)))
+        return nn.functional.adaptive_avg_pool2d(self.back(y) + h, 1)
+
+
+def _conv_inputs():
+    torch.manual_seed(4)
+    return [torch.randn(1, 3, 12, 12)], [torch.randn(2, 3, 9, 7)]
+
+
+def test_conv_differential_two_shape_sets():
+    first, second = _conv_inputs()
+    mod = check(Convs().eval(), first, second, options=OPTIONS)["measure"]
+    labels = [pn.impl.label for pn in mod.plan.nodes()
+              if pn.kind == "static_runtime::conv2d_pointwise"]
+    assert len(labels) == 4 and all("by measurement" in label for label in labels)
+    assert "x=(2, 3, 9, 7) threads=" in mod.describe()
+
+
+@pytest.mark.parametrize("name", ["onednn", "aten", "matmul"])
+def test_each_conv_kernel_forced(name, monkeypatch):
+    def forced(self, key, names, make, default):
+        return Choice(name if name in names else default, {}, "forced")
+
+    monkeypatch.setattr(KernelChooser, "choose", forced)
+    first, second = _conv_inputs()
+    mod = check(Convs().eval(), first, second, options={"measure": MEASURE})["measure"]
+    assert f": {name} (forced)" in mod.describe()
+
+
+def test_conv_kernels_return_channels_last():
+    from static_runtime.ops.conv import ConvKernels
+
+    weight, bias = torch.randn(8, 4, 1, 1), torch.randn(8)
+    ks = ConvKernels(weight, bias, [1, 1], [0, 0], [1, 1], 1, "relu")
+    x = torch.randn(2, 4, 5, 6)
+    expected = torch.relu(torch.conv2d(x, weight, bias))
+    for name in ks.names():
+        y = ks.kernel(name)(x)
+        assert y.is_contiguous(memory_format=torch.channels_last), name
+        torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-5)
+    grouped = ConvKernels(torch.randn(8, 1, 3, 3), None, [1, 1], [1, 1], [1, 1], 8, "none")
+    assert grouped.names() == ("onednn", "aten")
+    with pytest.raises(ValueError, match="no convolution kernel named 'matmul'"):
+        grouped.kernel("matmul")
