@@ -177,6 +177,15 @@ class ShapePrograms:
                 self.add(structure, program)
                 if self.on_ready is not None:
                     self.on_ready(structure, program)
+                wide = _widened(example)
+                if wide is not None and program.evaluate(wide) is None:
+                    # A dimension of 1 made a program for 1 only (a batch of one): one more
+                    # from the same sizes with those dimensions 2, for the other sizes. If
+                    # the model cannot take them (a raise), nothing is lost.
+                    try:
+                        self.add(structure, build_program(plan, wide, checks, names))
+                    except Exception:  # noqa: BLE001,S110  (the first program stands)
+                        pass
             finally:
                 with self._lock:
                     self._pending.discard(structure)
@@ -414,6 +423,14 @@ def _compile(env, slots, dtypes, shapes, strides, guards, symbols, positions, na
     return ShapeProgram(source, namespace["evaluate"], tuple(slots), tuple(dtypes),
                         {s: where(symbols[s]) for s in sorted(used)}, texts,
                         where(guards) if guards else "", spec)
+
+
+def _widened(example: list[Any]) -> list[Any] | None:
+    """``example`` with every tensor dimension of 1 made 2 (None: it has none)."""
+    if not any(isinstance(x, torch.Tensor) and 1 in x.shape for x in example):
+        return None
+    return [torch.empty([2 if d == 1 else d for d in x.shape], dtype=x.dtype)
+            if isinstance(x, torch.Tensor) else x for x in example]
 
 
 def _stand_in(x: Any) -> Any:

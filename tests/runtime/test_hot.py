@@ -136,9 +136,9 @@ def test_threads_share_the_generic_and_the_specialised_code():
 
 
 def test_memory_and_code_stay_bounded_over_many_sizes():
-    """Five hundred distinct sizes: layouts bounded by ``plan_cache_size``, at most three
-    functions generated in all (the generic one, its recording variant, the shape program's
-    layouts' one), the arena that of the largest size (planned again only when a
+    """Five hundred distinct sizes: layouts bounded by ``plan_cache_size``, functions
+    generated bounded by what does not depend on sizes (the generic one, its recording
+    variant, one per shape program, at most four), the arena that of the largest size (planned again only when a
     size outgrew the regions), every result eager's."""
     mod = sr.StaticModule(script(SRC), options=sr.StaticModuleOptions(plan_cache_size=16))
     rt = mod.runtime()
@@ -148,7 +148,9 @@ def test_memory_and_code_stay_bounded_over_many_sizes():
         x = torch.randn(n, 6, generator=g)
         torch.testing.assert_close(rt(x, w), eager(x, w))
     assert len(mod.layouts) <= 16
-    assert mod._codes.generated <= 3
+    programs = sum(len(p) for p in mod._memory.programs._items.values())
+    assert 1 <= programs <= 4
+    assert mod._codes.generated <= 2 + programs  # not one per size
     largest = torch.randn(500, 6, generator=g)
     for _ in range(2):
         torch.testing.assert_close(rt(largest, w), eager(largest, w))
