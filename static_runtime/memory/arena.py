@@ -87,7 +87,7 @@ class ArenaLayout:
     @functools.cached_property
     def frame(self) -> tuple:
         """Where each arena value lives and as what: two layouts with the same frame differ
-        only in shapes, and one runtime's tensors serve both (``reshape_in_place``)."""
+        only in shapes (one arena serves both without growing)."""
         return (self.plan.arena_bytes, self.unmanaged,
                 tuple((s.slot, s.dtype, s.offset, s.region) for s in self.specs))
 
@@ -261,8 +261,8 @@ def aligned_start(arena: torch.Tensor) -> int:
 
 def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor) -> dict[int, torch.Tensor]:
     """One tensor per spec, over ``arena`` (which must outlive them: the tensors do not own
-    their memory). Each tensor's storage is the value's whole region: it may be reshaped
-    within it (``reshape_in_place``) but never grow past it."""
+    their memory). Each tensor's storage is the value's whole region: an operator may
+    resize it within the region, never past it."""
     need = max((s.offset + s.region for s in specs), default=0)
     if arena.numel() < need + DEFAULT_ALIGNMENT:
         raise ValueError("arena too small for the layout")
@@ -276,21 +276,6 @@ def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor) -> dict[int, t
             storage, 0, spec.shape, spec.strides or _contiguous_strides(spec.shape))
         tensors[spec.slot] = t
     return tensors
-
-
-def reshape_in_place(tensors: dict[int, torch.Tensor] | list, specs: Sequence[TensorSpec]
-                     ) -> bool:
-    """Give each spec's tensor (made by ``materialize`` for a spec at the same offset and
-    region) the spec's shape and strides, in place; False if a spec has no tensor."""
-    for spec in specs:
-        t = tensors[spec.slot]
-        if t is None:
-            return False
-        if spec.strides is None:
-            t.resize_(spec.shape)
-        else:
-            t.as_strided_(spec.shape, spec.strides)
-    return True
 
 
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -123,24 +123,28 @@ def _embedding(node: Node) -> OutPair | None:
         return None
     embedding, index_select = torch.embedding, torch.index_select
     embedding_out = torch.ops.aten.embedding.out
-    #: (out, its (rows, d) view, the weight's shape and the indices' shape that fill it):
-    #: the arena hands the same tensor on every call of a layout, so the view is made once
-    #: per layout and a call checks only its arguments' shapes (see ``selection._linear``)
-    flat_out: list[tuple[torch.Tensor, torch.Tensor, torch.Size, torch.Size] | None] = [None]
+    #: id of an out tensor → (out, its (rows, d) view, the weight's shape and the indices'
+    #: shape that fill it): the arena hands the same tensor on every call of a layout, so
+    #: the view is made once per layout (and runtime) and a call checks only its arguments'
+    #: shapes (see ``selection._linear``; at most 1024 kept)
+    flat_out: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Size, torch.Size]] = {}
 
     @labelled("torch.embedding")
     def fn(weight, indices, padding_idx, scale_grad_by_freq, sparse):
         return embedding(weight, indices, padding_idx, scale_grad_by_freq, sparse)
 
     def flat(out, weight, indices):
-        cached = flat_out[0]
-        if cached is None or cached[0] is not out:
+        cached = flat_out.get(id(out))
+        if cached is None or cached[0] is not out or cached[3] != indices.shape:
             if weight.dim() != 2 or not out.is_contiguous():
                 return None
             d = weight.shape[1]
             if d == 0 or out.shape != (*indices.shape, d):
                 return None
-            cached = flat_out[0] = (out, out.view(-1, d), weight.shape, indices.shape)
+            cached = (out, out.view(-1, d), weight.shape, indices.shape)
+            if len(flat_out) >= 1024:
+                flat_out.clear()
+            flat_out[id(out)] = cached
         # (index_select would shrink a view too large for its result without a word)
         if weight.shape == cached[2] and indices.shape == cached[3]:
             return cached[1]

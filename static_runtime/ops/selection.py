@@ -39,6 +39,9 @@ from static_runtime.ops.registry import labelled, register_out_variant
 
 _LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"
 
+#: the most out tensors' flattened views one operator keeps (``_linear``'s ``flat``)
+_FLAT_VIEWS = 1024
+
 
 def constant_value(v: Value) -> Any:
     """The value of a ``prim::Constant`` output, or ``NotImplemented`` if ``v`` is not one."""
@@ -63,26 +66,27 @@ def _linear(node: Node):
     n, k = weight.shape
     # Folding needs ``view(-1, k)`` and ``view(-1, n)`` to be unambiguous.
     fold = k > 0 and n > 0
-    #: (out, its (rows, n) view, the input shape that fills it, rows): the arena hands the
-    #: same out tensor on every call of a layout, so the view is made once per layout, and a
-    #: call checks only the input (read as one tuple: concurrent runtimes at worst replace
-    #: each other's entry)
-    flat_out: list[tuple[torch.Tensor, torch.Tensor, torch.Size, int] | None] = [None]
+    #: id of an out tensor → (out, its (rows, n) view, the input shape that fills it, rows):
+    #: the arena hands the same out tensor on every call of a layout, so the view is made
+    #: once per layout (and runtime), and a call checks only the input (entries are read as
+    #: one tuple: concurrent runtimes at worst make one twice)
+    flat_out: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Size, int]] = {}
 
     def flat(out, x):
         """``(out, out as a (rows, n) matrix, x's shape, rows)`` if ``x`` (rank >= 3,
         contiguous) folds into a (rows, k) matrix whose product fills ``out`` exactly; else
         None."""
-        cached = flat_out[0]
-        if cached is not None and cached[0] is out:
-            if x.shape == cached[2] and x.is_contiguous():
-                return cached
-            return None
+        cached = flat_out.get(id(out))
+        if cached is not None and cached[0] is out and x.shape == cached[2]:
+            return cached if x.is_contiguous() else None
         if not (fold and x.shape[-1] == k and out.dim() == x.dim() and out.shape[-1] == n
                 and out.is_contiguous()):
             return None
         rows = out.numel() // n
-        cached = flat_out[0] = (out, out.view(rows, n), torch.Size((*out.shape[:-1], k)), rows)
+        cached = (out, out.view(rows, n), torch.Size((*out.shape[:-1], k)), rows)
+        if len(flat_out) >= _FLAT_VIEWS:
+            flat_out.clear()
+        flat_out[id(out)] = cached
         return cached if x.shape == cached[2] and x.is_contiguous() else None
 
     # The fast path applies when the arguments are those constants (an identity check): a

@@ -893,7 +893,7 @@ class Pending:
 
 
 #: the most layouts' bound functions one runtime keeps (``CodegenExecutor._bindings``)
-_MAX_BINDINGS = 512
+_MAX_BINDINGS = 256
 
 
 class CodegenExecutor(Interpreter):
@@ -914,11 +914,8 @@ class CodegenExecutor(Interpreter):
         #: no key): the executor keeps the signature itself
         self._own_key = codes.specializer is not None and not (
             memory is not None and self._managed)
-        #: the generic code's function bound to this runtime's arena tensors, kept while
-        #: layouts switch in place (same tensors, other shapes): (arena slots, code, fn)
-        self._generic_fn: tuple | None = None
-        #: id of a layout → (layout, fast, code, direct, plain outputs, pending): what
-        #: ``_bind`` made for it, while layouts switch in place
+        #: id of a layout → (layout, fast, code, direct, plain outputs, pending, unkept):
+        #: what ``_bind`` made for it, reused while the layout's tensors are
         self._bindings: dict[int, tuple] = {}
 
     def prepare(self, inputs: list[Any]) -> None:
@@ -930,19 +927,15 @@ class CodegenExecutor(Interpreter):
                 self._fast = None
 
     def install(self, layout) -> bool:
-        in_place = super().install(layout)
-        if not in_place:
-            # bound to tensors this runtime no longer uses
-            self._generic_fn = None
-            self._bindings.clear()
+        reused = super().install(layout)
         held = self._bindings.get(id(layout))
-        if held is not None and held[0] is layout:
-            # this layout's function, bound before to these very tensors (and to views of
-            # them at this layout's shapes, which reshaping the tensors leaves as they were)
-            _, self._fast, self._code, self._direct, self._plain_outputs, self._pending = held
+        if (reused and held is not None and held[0] is layout
+                and held[6] == self.unkept):
+            # this layout's function, bound before to these very tensors
+            _, self._fast, self._code, self._direct, self._plain_outputs, self._pending, _ = held
         else:
             self._fast = None
-        return in_place
+        return reused
 
     def run(self, inputs: list[Any]) -> list[Any]:
         fast = self._fast
@@ -1084,12 +1077,7 @@ class CodegenExecutor(Interpreter):
             # A signature not (yet) hot: the shared generic code serves it.
             codes.note_call(self._pending)
             program = self.layout.program
-            held = self._generic_fn
-            if held is not None and held[0] == (arena, program):
-                self._code, self._fast = held[1], held[2]
-            else:
-                self._fast = self._instantiate(lambda: codes.generic(arena, program=program))
-                self._generic_fn = ((arena, program), self._code, self._fast)
+            self._fast = self._instantiate(lambda: codes.generic(arena, program=program))
             self._direct = False
             self._plain_outputs = False
             return self._keep_binding()
@@ -1108,7 +1096,8 @@ class CodegenExecutor(Interpreter):
             if len(self._bindings) >= _MAX_BINDINGS:
                 self._bindings.clear()
             self._bindings[id(layout)] = (layout, self._fast, self._code, self._direct,
-                                          self._plain_outputs, self._pending)
+                                          self._plain_outputs, self._pending,
+                                          frozenset(self.unkept))
         return self._fast
 
     def _refused(self, e: RuntimeError, slot: int, fn: Callable[..., Any], *args: Any) -> Any:

@@ -24,7 +24,6 @@ from static_runtime.memory.arena import (
     observe,
     owning_view,
     refit_layout,
-    reshape_in_place,
 )
 from static_runtime.memory.cache import LayoutCache, signature, structure
 from static_runtime.memory.lifetimes import Lifetimes
@@ -33,6 +32,10 @@ from static_runtime.runtime.checks import OutVariantChecks
 from static_runtime.runtime.futures import fork
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
 from static_runtime.runtime.symbolic import ShapeProgram, ShapePrograms
+
+#: how many layouts' tensors one runtime keeps (``Interpreter.install``): ~1 KB of
+#: metadata per tensor
+_MAX_LAYOUT_TENSORS = 256
 
 
 def annotate(e: BaseException, pn: ProcessedNode) -> None:
@@ -93,6 +96,9 @@ class Interpreter:
         self._managed = plan.managed_slots + plan.output_slots
         #: the program that laid out the current layout, until its first call confirmed it
         self._confirm: ShapeProgram | None = None
+        #: id of a layout → (layout, its tensors over this runtime's arena), the most recent
+        #: ``_MAX_LAYOUT_TENSORS`` (cleared when the arena is made anew)
+        self._layout_tensors: dict[int, tuple[ArenaLayout, dict[int, torch.Tensor]]] = {}
 
     # -- one call
     def run(self, inputs: list[Any]) -> list[Any]:
@@ -304,32 +310,39 @@ class Interpreter:
 
     def install(self, layout: ArenaLayout) -> bool:
         """Make ``layout`` current: managed slots hold tensors over this runtime's arena.
-        Whether the tensors stayed the same objects (reshaped in place)."""
-        current = self.layout
+        Whether they are the tensors this runtime made for ``layout`` before (over the same
+        arena): code bound to them then still serves."""
         refused = self._checks.refused_slots if self._checks is not None else frozenset()
-        if (current is not None and not layout.outputs and not current.outputs
-                and current.frame == layout.frame and self.unkept == layout.unmanaged | refused
-                and not self._recording and reshape_in_place(self.values, layout.specs)):
-            # another size in the same places: the arena tensors reshaped in place
-            self.layout = layout
-            return True
         if self.arena is None or self.arena.numel() < layout.arena_bytes + DEFAULT_ALIGNMENT:
             self.arena = allocate_arena(layout.arena_bytes)
-        tensors = materialize(layout.specs, self.arena)
-        if layout.outputs:
-            if (self.output_arena is None
-                    or self.output_arena.numel() < layout.output_bytes + DEFAULT_ALIGNMENT):
-                if self.output_arena is not None and not self.outputs_released:
-                    self._check_outputs_dropped()
-                self.output_arena = allocate_arena(layout.output_bytes)
-                self._output_baseline = _storage_use_count(self.output_arena)
-            tensors.update(materialize(layout.outputs, self.output_arena))
+            self._layout_tensors.clear()
+        held = self._layout_tensors.get(id(layout))
+        if held is not None and held[0] is layout:
+            # Traffic of every size switches layouts on almost every call: a layout's
+            # tensors are made once per runtime, not per switch.
+            tensors, reused = held[1], True
+        else:
+            tensors, reused = materialize(layout.specs, self.arena), False
+            if layout.outputs:
+                if (self.output_arena is None
+                        or self.output_arena.numel() < layout.output_bytes + DEFAULT_ALIGNMENT):
+                    if self.output_arena is not None and not self.outputs_released:
+                        self._check_outputs_dropped()
+                    self.output_arena = allocate_arena(layout.output_bytes)
+                    self._output_baseline = _storage_use_count(self.output_arena)
+                tensors.update(materialize(layout.outputs, self.output_arena))
+            else:
+                cache = self._layout_tensors
+                if len(cache) >= _MAX_LAYOUT_TENSORS:
+                    del cache[next(iter(cache))]
+                cache[id(layout)] = (layout, tensors)
+        values = self.values
         for s in self._managed:
-            self.values[s] = tensors.get(s) if s not in refused else None
+            values[s] = tensors.get(s) if s not in refused else None
         self.unkept = set(layout.unmanaged) | refused
         self.layout = layout
         self._recording = False
-        return False
+        return reused
 
     # -- blocks and nodes
     def run_block(self, block: ProcessedBlock) -> None:
