@@ -20,6 +20,15 @@ The clients, Serve's HTTP proxy and the replicas share the machine's cores.
 
     python benchmarks/serving.py                            # both models, ~4 minutes
     python benchmarks/serving.py --models mlp --seconds 3 --clients 32
+
+``--traffic`` (issue 18): traffic of every size through the deployment. The model is
+``benchmarks/traffic.py``'s ``recsys`` workload (``dcn_v2`` scripted); each request has its own
+batch size, drawn from that workload's trace (``1 + Poisson(λ)``, λ log-normal: what a
+dynamic batcher upstream makes), and with batching on the deployment joins requests again, so
+the model sees yet other sizes. ``direct`` calls the module on the same requests in turn.
+Clients cycle through the requests (each from its own offset)::
+
+    python benchmarks/serving.py --traffic --clients 16 --seconds 5
 """
 
 from __future__ import annotations
@@ -88,20 +97,26 @@ def _percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def _direct(module, args, seconds: float, warmup: float) -> dict:
+def _direct(module, args, seconds: float, warmup: float, requests: list | None = None) -> dict:
+    """Calls of ``module`` in a loop: on ``args``, or on each of ``requests`` in turn."""
+    requests = requests or [args]
     end = time.perf_counter() + warmup
+    i = 0
     while time.perf_counter() < end:
-        module(*args)
+        module(*requests[i % len(requests)])
+        i += 1
     lat = []
     t_end = time.perf_counter() + seconds
     while (t0 := time.perf_counter()) < t_end:
-        module(*args)
+        module(*requests[i % len(requests)])
+        i += 1
         lat.append(time.perf_counter() - t0)
     return {"rps": len(lat) / sum(lat), "p50": _percentile(lat, 0.5),
             "p99": _percentile(lat, 0.99), "n": len(lat), "failed": 0}
 
 
-async def _load(url: str, body: bytes, clients: int, seconds: float, warmup: float) -> dict:
+async def _load(url: str, body: bytes | list[bytes], clients: int, seconds: float,
+                warmup: float) -> dict:
     import aiohttp
 
     lat: list[float] = []
@@ -113,11 +128,15 @@ async def _load(url: str, body: bytes, clients: int, seconds: float, warmup: flo
         start = time.perf_counter()
         measure_from, stop_at = start + warmup, start + warmup + seconds
 
-        async def client() -> None:
+        bodies = body if isinstance(body, list) else [body]
+
+        async def client(k: int) -> None:
             nonlocal failed
             while (t0 := time.perf_counter()) < stop_at:
+                k += 1
                 try:
-                    async with session.post(url, data=body, headers=headers) as r:
+                    async with session.post(url, data=bodies[k % len(bodies)],
+                                            headers=headers) as r:
                         await r.read()
                         ok = r.status == 200
                 except (aiohttp.ClientError, asyncio.TimeoutError):
@@ -129,7 +148,7 @@ async def _load(url: str, body: bytes, clients: int, seconds: float, warmup: flo
                     else:
                         failed += 1
 
-        await asyncio.gather(*(client() for _ in range(clients)))
+        await asyncio.gather(*(client(i * 7) for i in range(clients)))
     return {"rps": len(lat) / seconds, "p50": _percentile(lat, 0.5) if lat else float("nan"),
             "p99": _percentile(lat, 0.99) if lat else float("nan"), "n": len(lat),
             "failed": failed}
@@ -144,6 +163,10 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--warmup", type=float, default=1.5)
     ap.add_argument("--json", help="Also write the rows to this JSON file.")
+    ap.add_argument("--traffic", action="store_true",
+                    help="recsys traffic of every size (issue 18) instead of --models")
+    ap.add_argument("--requests", type=int, default=200,
+                    help="with --traffic: how many requests the clients cycle through")
     a = ap.parse_args()
 
     import ray
@@ -163,16 +186,20 @@ def main() -> None:
     rows = []
     tmp = Path(tempfile.mkdtemp(prefix="sr_serving_bench_"))
     try:
-        for name in a.models.split(","):
+        for name in (["recsys traffic"] if a.traffic else a.models.split(",")):
+            requests = _traffic_requests(a.requests) if a.traffic else None
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)
-                module = sr.StaticModule(torch.jit.script(MODELS[name].build()))
-            path = tmp / f"{name}.srm"
+                module = sr.StaticModule(_traffic_model() if a.traffic else
+                                         torch.jit.script(MODELS[name].build()))
+            path = tmp / f"{name.split()[0]}.srm"
             module.save(path)
-            args = MODELS[name].example_inputs(1)
-            body = json.dumps({"inputs": [codec.encode_value(x) for x in args]}).encode()
+            args = requests[0] if requests else MODELS[name].example_inputs(1)
+            bodies = [json.dumps({"inputs": [codec.encode_value(x) for x in r]}).encode()
+                      for r in (requests or [args])]
+            body = bodies if requests else bodies[0]
             # The answer over HTTP equals the direct call (a benchmark of wrong answers is none).
-            direct = _direct(module, args, a.seconds, a.warmup)
+            direct = _direct(module, args, a.seconds, a.warmup, requests)
             rows.append({"model": name, "runner": "direct call, 1 process", **direct})
             print(rows[-1], flush=True)
             configs = [(1, 1, 1)] + [(r, b, a.clients) for r in (1, 2)
@@ -182,7 +209,7 @@ def main() -> None:
                                         batch_wait_timeout_s=a.batch_wait_ms / 1000)
                 serve.run(app, name="bench", route_prefix="/",
                           logging_config={"log_level": "WARNING", "enable_access_log": False})
-                _check(url, body, module(*args))
+                _check(url, bodies[0], module(*args))
                 cpu0, t0 = _cpu_by_group(), time.perf_counter()
                 result = asyncio.run(_load(url, body, clients, a.seconds, a.warmup))
                 cpu1, wall = _cpu_by_group(), time.perf_counter() - t0
@@ -201,6 +228,28 @@ def main() -> None:
     _print_table(rows)
     if a.json:
         Path(a.json).write_text(json.dumps(rows, indent=1))
+
+
+def _traffic_workload():
+    import sys
+
+    root = str(Path(__file__).resolve().parent.parent)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from benchmarks.traffic import WORKLOADS
+
+    return WORKLOADS["recsys"]
+
+
+def _traffic_model() -> torch.jit.ScriptModule:
+    w = _traffic_workload()
+    return w.script(w.model())
+
+
+def _traffic_requests(n: int) -> list[tuple]:
+    """``n`` requests of the recsys trace, each its own batch size."""
+    w = _traffic_workload()
+    return [w.inputs(size) for size in w.trace(n, 0)]
 
 
 def _check(url: str, body: bytes, expected: torch.Tensor) -> None:
