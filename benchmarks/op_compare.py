@@ -1,6 +1,6 @@
 """Per-node-kind comparison with PyTorch's C++ Static Runtime over many models (issue 11):
 ``static_runtime.compare_ops.compare`` — both runtimes' ``benchmark_individual_ops`` on the
-same inputs, alternated, medians — on the built-in models (``static_runtime/models.py``)
+same inputs, alternated, medians — on the built-in models (``static_runtime/models/``)
 and, where ``benchmarks.zoo`` can be imported, on every zoo model at each of its batches.
 
 Each (model, batch) case runs in a fresh process, single-threaded. Where the C++ runtime
