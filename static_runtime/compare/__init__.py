@@ -11,22 +11,12 @@ them, ``ops.py`` lines up per-node-kind profiles with PyTorch's C++ Static Runti
     timings = compare.time_runners(runners)
 """
 
-from static_runtime.compare.peers import (
-    ATOL,
-    DEMO_RUNNERS,
-    ONNX_EXPORTERS,
-    RTOL,
-    RUNNERS,
-    MemoryFigures,
-    Runner,
-    Timing,
-    make_runners,
-    measure_memory,
-    median_us,
-    output_errors,
-    outputs_agree,
-    time_runners,
-)
+from static_runtime.compare.agreement import ATOL, RTOL, output_errors, outputs_agree
+from static_runtime.compare.memory import MemoryFigures, measure_memory
+from static_runtime.compare.onnx_peer import ONNX_EXPORTERS
+from static_runtime.compare.peers import DEMO_RUNNERS, RUNNERS, make_runners
+from static_runtime.compare.runner import Runner
+from static_runtime.compare.timing import Timing, median_us, time_runners
 
 __all__ = [
     "ATOL", "DEMO_RUNNERS", "ONNX_EXPORTERS", "RTOL", "RUNNERS", "MemoryFigures", "Runner",

@@ -30,16 +30,10 @@ from typing import Any
 import torch
 
 import static_runtime as sr
-from static_runtime.compare.peers import (
-    Runner,
-    _arena_bytes,
-    _in_inference_mode,
-    _make_onnxruntime,
-    _make_torch_compile,
-    _reason,
-    _refused,
-    _Setup,
-)
+from static_runtime.compare.memory import _arena_bytes
+from static_runtime.compare.onnx_peer import _make_onnxruntime
+from static_runtime.compare.peers import _in_inference_mode, _make_torch_compile
+from static_runtime.compare.runner import Runner, _reason, _refused, _Setup
 
 ARCHIVE_RUNNERS = ("torchscript", "torchscript_frozen", "pytorch_static_runtime",
                    "onnxruntime", "torch_compile", "static_runtime")

@@ -52,7 +52,8 @@ from typing import Any
 import torch
 
 import static_runtime as sr
-from static_runtime.compare.peers import _quiet_stderr, _reason
+from static_runtime.compare.quiet import _quiet_stderr
+from static_runtime.compare.runner import _reason
 
 #: The row for what a whole profiled call spends outside its nodes.
 OUTSIDE = "(outside the nodes)"

@@ -8,7 +8,8 @@ import torch
 from torch import nn
 
 from static_runtime import compare
-from static_runtime.compare.peers import _ort_caller, _reason, _refused
+from static_runtime.compare.onnx_peer import _ort_caller
+from static_runtime.compare.runner import _reason, _refused
 from static_runtime.models import MODELS
 
 IN_PROCESS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
