@@ -6,7 +6,7 @@ One process, one thread; every runner is timed in ``--repeats`` samples of ``--c
 calls, the runners alternated within each repeat, and the median sample is reported. Each
 runner's output is checked against eager's first. Models whose forward ``torch.export``
 refuses (``control_flow``, ``attribute_setter``) are exported from their rewrite in
-``static_runtime.models_export`` (same weights, same results); TorchScript and eager run the
+``static_runtime.models.export`` (same weights, same results); TorchScript and eager run the
 original. Exports use ``dynamic_shapes`` (a symbolic batch), as a served model would.
 
     python benchmarks/export.py                       # all models, batch 1 and 32, ~1 minute
@@ -25,7 +25,7 @@ import torch
 import static_runtime as sr
 from static_runtime.frontend.export import import_export
 from static_runtime.models import MODELS
-from static_runtime.models_export import export_case
+from static_runtime.models.export import export_case
 
 RUNNERS = ("eager", "ours: TorchScript", "ours: export", "ours: export, decomposed")
 

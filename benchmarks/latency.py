@@ -8,7 +8,7 @@ Each (model, batch) case runs in a fresh process (``torch.compile`` and ONNX Run
 state behind: compiled-code caches, thread pools, a dynamo reset is not enough), single-
 threaded by default. Inside it every runner is timed in ``--repeats`` samples of ``--calls``
 calls, the runners alternated within each repeat, and the median sample is reported. The
-runners themselves are ``static_runtime.compare``'s (see its docstring for how each peer is
+runners themselves are ``static_runtime.compare``'s (``compare/peers.py`` says how each peer is
 set up); a peer that cannot run a model is reported with the reason, and one that runs with
 reservations (a lossy ONNX export, a graph break) with caveats. Every runner's output is
 compared with eager's. ``torch.compile`` compiles cold: each worker gets an empty inductor

@@ -1,6 +1,6 @@
 """oneDNN fused post-ops against what the runtime runs now, side by side (issue 12).
 
-For each shape class of our models (``static_runtime/models.py`` MLP and DLRM, the zoo's
+For each shape class of our models (``static_runtime/models/`` MLP and DLRM, the zoo's
 transformer feed-forwards, the MobileNet/ResNet convolutions in ``benchmarks/zoo/``) and
 each activation, the forms below are timed in alternation, single-threaded, inference mode;
 µs per call, the median of ``--repeats`` samples of ``--calls`` calls each (wall time, or

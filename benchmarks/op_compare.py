@@ -1,19 +1,19 @@
 """Per-node-kind comparison with PyTorch's C++ Static Runtime over many models (issue 11):
-``static_runtime.compare_ops.compare`` — both runtimes' ``benchmark_individual_ops`` on the
-same inputs, alternated, medians — on the built-in models (``static_runtime/models.py``)
+``static_runtime.compare.ops.compare`` — both runtimes' ``benchmark_individual_ops`` on the
+same inputs, alternated, medians — on the built-in models (``static_runtime/models/``)
 and, where ``benchmarks.zoo`` can be imported, on every zoo model at each of its batches.
 
 Each (model, batch) case runs in a fresh process, single-threaded. Where the C++ runtime
 cannot be profiled (it refuses the model, or the model takes non-tensor arguments, which
 its Python ``benchmark_individual_ops`` cannot pass) the case is compared with TorchScript's
-profile instead (``torch.autograd.profiler``, measured differently: see ``compare_ops``);
+profile instead (``torch.autograd.profiler``, measured differently: see ``static_runtime.compare.ops``);
 such cases are listed, and left out of the aggregated table, which is of C++ cases only.
 
     python benchmarks/op_compare.py                      # built-in models (+ zoo), batch 1
     python benchmarks/op_compare.py --models mlp,dlrm --batches all --repeats 3
 
 Prints a short table per case and one aggregated over all cases: per kind (after
-``compare_ops.KIND_MAP``), the cases it appears in, instances over all of them, µs per
+``compare.ops.KIND_MAP``), the cases it appears in, instances over all of them, µs per
 instance on each side (a side's time for the kind over all cases ÷ its instances), their
 ratio, each side's time summed over the cases (µs per call of each case, added) and the
 cost to us (ours minus C++) — sorted by that cost. ``(outside the nodes)``: what the whole
@@ -80,7 +80,7 @@ def worker(source: str, name: str, batch: int, repeats: int, warmup: int,
     import torch
 
     import static_runtime as sr
-    from static_runtime import compare_ops
+    from static_runtime.compare import ops as compare_ops
 
     torch.set_num_threads(1)
     scripted, inputs = _case_model(source, name, batch)

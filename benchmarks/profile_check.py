@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 import static_runtime as sr
-from static_runtime import compare_ops
+from static_runtime.compare import ops as compare_ops
 
 N = 20
 

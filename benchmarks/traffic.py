@@ -79,7 +79,9 @@ if str(ROOT) not in sys.path:  # `python benchmarks/traffic.py`: the zoo is impo
 import static_runtime as sr
 from benchmarks.zoo import ZOO
 from benchmarks.zoo.spec import hf_config
-from static_runtime.compare import _agree, _max_abs_error, _ort_caller, _reason
+from static_runtime.compare.agreement import _agree, _max_abs_error
+from static_runtime.compare.onnx_peer import _ort_caller
+from static_runtime.compare.runner import _reason
 
 PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime", "static_runtime",
          "static_runtime_export", "static_runtime_cache8")

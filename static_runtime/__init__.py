@@ -6,7 +6,7 @@
 """
 
 from static_runtime.frontend import FrontendError
-from static_runtime.fuse import fuse_to_static_runtime
+from static_runtime.lowering import fuse_to_static_runtime
 from static_runtime.ops.registry import Tier, UnsupportedOperatorError
 from static_runtime.runtime.binding import ArgumentError
 from static_runtime.runtime.checks import OutVariantWarning

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from static_runtime import compare, compare_files
+from static_runtime import compare
 from static_runtime.cli.common import (
     CLIError,
     batched_specs,
@@ -29,6 +29,7 @@ from static_runtime.cli.common import (
     threads_option,
 )
 from static_runtime.cli.inputs import describe_inputs
+from static_runtime.compare import files as compare_files
 from static_runtime.frontend.export import is_pt2
 from static_runtime.runtime.binding import ArgumentError
 

@@ -14,7 +14,6 @@ import torch
 from rich.table import Table
 
 import static_runtime as sr
-from static_runtime import compare_ops
 from static_runtime.cli.charts import node_kind_chart
 from static_runtime.cli.common import (
     console_for,
@@ -27,6 +26,7 @@ from static_runtime.cli.common import (
     threads_option,
 )
 from static_runtime.cli.inputs import describe_inputs
+from static_runtime.compare import ops as compare_ops
 from static_runtime.frontend.export import is_pt2, load_pt2
 from static_runtime.runtime.metrics import measure_overhead
 from static_runtime.runtime.plan import Control
@@ -265,5 +265,5 @@ def against_cpp(console: Any, model: str, mod: sr.StaticModule, args: tuple, *, 
     console.print("n: instances (top-level nodes; a control-flow node's time holds its "
                   "blocks). cost: ours − theirs for all instances of the kind, per call "
                   "(Δ × n where the counts agree). Kinds each runtime renames are mapped to "
-                  "the operator they stand for (static_runtime.compare_ops.KIND_MAP), shown "
+                  "the operator they stand for (static_runtime.compare.ops.KIND_MAP), shown "
                   "in brackets.")

@@ -12,7 +12,7 @@ import static_runtime as sr
 from static_runtime.frontend.export import ExportSignature, import_export
 from static_runtime.ir.verifier import verify
 from static_runtime.models import MODELS
-from static_runtime.models_export import export_case
+from static_runtime.models.export import export_case
 
 # --------------------------------------------------------------------------- the models
 

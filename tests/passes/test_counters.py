@@ -14,7 +14,7 @@ from torch.export import Dim
 
 import static_runtime as sr
 from static_runtime.ir.verifier import verify
-from static_runtime.models_export import export_case
+from static_runtime.models.export import export_case
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "frontend"))
 from eager_check import check_eager

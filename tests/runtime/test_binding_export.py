@@ -7,7 +7,7 @@ import torch
 from torch.export import Dim
 
 import static_runtime as sr
-from static_runtime.models_export import export_case
+from static_runtime.models.export import export_case
 from static_runtime.runtime.binding import ExportBinder, make_binder
 
 

@@ -1,4 +1,4 @@
-"""The built-in models (``models.py``) as ``torch.export`` takes them.
+"""The built-in models (``builtin.py``) as ``torch.export`` takes them.
 
 Six of the eight export as they are. Two use what only TorchScript (or eager Python) can run,
 and are exported here from a rewrite with the same weights and the same results:
@@ -17,7 +17,7 @@ and are exported here from a rewrite with the same weights and the same results:
 ``class_user`` exports as it is: export runs the TorchScript class as a Python class, and
 its state never leaves the forward.
 
-    from static_runtime.models_export import export_case
+    from static_runtime.models.export import export_case
     model, inputs, dynamic_shapes = export_case("dlrm", batch=4)
     ep = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
 """
@@ -29,7 +29,7 @@ from torch import Tensor
 from torch._higher_order_ops.while_loop import while_loop
 from torch.export import Dim
 
-from static_runtime.models import MODELS, AttributeSetter, ControlFlowModel
+from static_runtime.models.builtin import MODELS, AttributeSetter, ControlFlowModel
 
 __all__ = ["REWRITES", "AttributeSetterExportable", "ControlFlowExportable", "build_exportable",
            "dynamic_shapes_for", "export_case"]

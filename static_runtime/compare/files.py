@@ -13,8 +13,8 @@
                             program's module (inductor), ours
 ==========================  =================================================================
 
-ONNX Runtime and ``torch.compile`` are set up as ``static_runtime.compare`` sets them up for
-a Python model (its docstring): the same session options and thread count, the same compile
+ONNX Runtime and ``torch.compile`` are set up as ``peers.py`` sets them up for a Python
+model (its docstring): the same session options and thread count, the same compile
 and retry. A peer that cannot run the model — onnxruntime not installed, an export that
 fails — is a ``Runner`` with a one-line ``note``, never an exception.
 """
@@ -30,16 +30,10 @@ from typing import Any
 import torch
 
 import static_runtime as sr
-from static_runtime.compare import (
-    Runner,
-    _arena_bytes,
-    _in_inference_mode,
-    _make_onnxruntime,
-    _make_torch_compile,
-    _reason,
-    _refused,
-    _Setup,
-)
+from static_runtime.compare.memory import _arena_bytes
+from static_runtime.compare.onnx_peer import _make_onnxruntime
+from static_runtime.compare.peers import _in_inference_mode, _make_torch_compile
+from static_runtime.compare.runner import Runner, _reason, _refused, _Setup
 
 ARCHIVE_RUNNERS = ("torchscript", "torchscript_frozen", "pytorch_static_runtime",
                    "onnxruntime", "torch_compile", "static_runtime")

@@ -52,7 +52,8 @@ from typing import Any
 import torch
 
 import static_runtime as sr
-from static_runtime.compare import _quiet_stderr, _reason
+from static_runtime.compare.quiet import _quiet_stderr
+from static_runtime.compare.runner import _reason
 
 #: The row for what a whole profiled call spends outside its nodes.
 OUTSIDE = "(outside the nodes)"
@@ -296,7 +297,7 @@ def profile_events(fn: Callable[[], Any], runtime: str, warmup: int,
             for c in calls]
 
 
-_CALL = "static_runtime.compare_ops: one call"
+_CALL = "static_runtime.compare.ops: one call"
 
 
 def _median_profile(profiles: list[KindProfile]) -> KindProfile:

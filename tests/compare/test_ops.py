@@ -1,4 +1,4 @@
-"""``static_runtime.compare_ops``: kinds lined up after the documented mapping, instance
+"""``static_runtime.compare.ops``: kinds lined up after the documented mapping, instance
 counts equal to what each side's graph holds (counted here from the graphs themselves),
 costs that add up, and the fallbacks where PyTorch's C++ Static Runtime cannot be profiled.
 No figure is checked against the clock."""
@@ -12,7 +12,7 @@ import torch
 from differential import script
 
 import static_runtime as sr
-from static_runtime import compare_ops as co
+from static_runtime.compare import ops as co
 from static_runtime.models import MODELS
 
 

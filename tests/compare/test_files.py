@@ -1,4 +1,4 @@
-"""``compare_files``: the runners of the ``bench`` command for a ``.pt`` and a ``.pt2``, in
+"""``compare.files``: the runners of the ``bench`` command for a ``.pt`` and a ``.pt2``, in
 order, and a file that cannot be loaded reported by every peer as a one-line note."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from static_runtime import compare
-from static_runtime.compare_files import (
+from static_runtime.compare.files import (
     ARCHIVE_RUNNERS,
     EXPORTED_RUNNERS,
     make_archive_runners,

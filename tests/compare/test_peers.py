@@ -8,6 +8,8 @@ import torch
 from torch import nn
 
 from static_runtime import compare
+from static_runtime.compare.onnx_peer import _ort_caller
+from static_runtime.compare.runner import _reason, _refused
 from static_runtime.models import MODELS
 
 IN_PROCESS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
@@ -86,7 +88,7 @@ def test_outputs_agree_and_errors_see_a_wrong_runner():
                compare.Runner("same", lambda: t.clone(), 0.0),
                compare.Runner("wrong", lambda: t + 1, 0.0),
                compare.Runner("shape", lambda: torch.ones(4), 0.0),
-               compare.Runner("refused", compare._refused("no"), float("nan"), note="no")]
+               compare.Runner("refused", _refused("no"), float("nan"), note="no")]
     assert compare.outputs_agree(runners) == {
         "eager": True, "same": True, "wrong": False, "shape": False, "refused": None}
     errors = compare.output_errors(runners)
@@ -101,8 +103,8 @@ def test_reason_names_the_innermost_cause():
         except ValueError as inner:
             raise RuntimeError("Export failed:\n") from inner
     except RuntimeError as e:
-        assert compare._reason(e) == "RuntimeError <- ValueError: data-dependent branch"
-    assert compare._reason(KeyError()) == "KeyError"
+        assert _reason(e) == "RuntimeError <- ValueError: data-dependent branch"
+    assert _reason(KeyError()) == "KeyError"
 
 
 def test_torch_compile_runner_reports_compile_time_and_graph_breaks():
@@ -199,15 +201,15 @@ def test_onnx_outputs_take_eager_structure():
     x = torch.ones(2)
     y, steps = np.full((2,), 3.0, dtype=np.float32), np.array(7)
     # (Tensor, int): ONNX returns the int as a 0-d tensor
-    call = compare._ort_caller(_FakeSession([y, steps]), (x,), (torch.zeros(2), 5))
+    call = _ort_caller(_FakeSession([y, steps]), (x,), (torch.zeros(2), 5))
     got = call((x,))
     assert isinstance(got, tuple) and isinstance(got[1], int) and got[1] == 7
     torch.testing.assert_close(got[0], torch.full((2,), 3.0))
     # a 1-tuple stays a tuple
-    got = compare._ort_caller(_FakeSession([y]), (x,), (torch.zeros(2),))((x,))
+    got = _ort_caller(_FakeSession([y]), (x,), (torch.zeros(2),))((x,))
     assert isinstance(got, tuple) and len(got) == 1
     # structures that do not match the outputs: bare tensor or tuple, as before
-    got = compare._ort_caller(_FakeSession([y, y]), (x,), torch.zeros(2))((x,))
+    got = _ort_caller(_FakeSession([y, y]), (x,), torch.zeros(2))((x,))
     assert isinstance(got, tuple) and len(got) == 2
 
 

@@ -10,7 +10,7 @@ from differential import assert_same, script
 from torch import nn
 
 import static_runtime as sr
-from static_runtime.fuse import NAMESPACE
+from static_runtime.lowering.fuse import NAMESPACE
 from static_runtime.models import MODELS
 
 # ``sr_test_fuse::tally`` writes into its int-list argument: TorchScript can run it, our
