@@ -398,7 +398,8 @@ class CodegenProbe:
         return counted
 
     def __enter__(self):
-        from static_runtime.runtime import codegen, specialize
+        from static_runtime.runtime import specialize
+        from static_runtime.runtime.codegen import function as codegen
 
         self._generate = codegen.generate
         self._specialize = specialize.Specializer.specialize
@@ -408,7 +409,8 @@ class CodegenProbe:
         return self
 
     def __exit__(self, *exc):
-        from static_runtime.runtime import codegen, specialize
+        from static_runtime.runtime import specialize
+        from static_runtime.runtime.codegen import function as codegen
 
         codegen.generate = self._generate
         specialize.Specializer.specialize = self._specialize

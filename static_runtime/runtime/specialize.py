@@ -43,12 +43,13 @@ Soundness rules:
   the constant is exactly what the call would have computed; if it raises, it is not folded;
 * nodes with effects (``passes.effects.has_side_effects``: raise, warn, random draws...) or
   writes (``AliasDb.writes``) are always kept; ``prim::fork`` blocks are left as they are.
+
+The facts themselves are ``runtime/facts.py``; this module propagates them forward, and
+``runtime/liveness.py`` leaves out, going backward, the nodes nobody needs any more.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -59,50 +60,24 @@ from static_runtime.ops import schema as S
 from static_runtime.ops.fallback import bind_overload
 from static_runtime.passes.alias import TENSOR, AliasDb, shallow_families
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
+from static_runtime.runtime.facts import (
+    CONST_TYPES,
+    UNKNOWN,
+    Const,
+    Fact,
+    SeqFact,
+    Specialization,
+    TensorFact,
+    ValueFact,
+    fact_value,
+    has_value,
+    key_fact,
+    small,
+    tensor_fact,
+    value_fact,
+)
+from static_runtime.runtime.liveness import Liveness
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
-
-
-@dataclass(frozen=True)
-class Const:
-    """The value is this constant (an int, bool, float, str, None or dtype)."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class TensorFact:
-    """The value is a tensor of this dtype and shape, on ``device`` (None: unknown); its
-    strides are unknown."""
-
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-    device: torch.device | None = None
-
-
-@dataclass(frozen=True)
-class ValueFact(TensorFact):
-    """The value is a tensor equal to ``value`` on every call: small tensors computed from
-    constants and the signature only (``prim::NumToTensor`` of a size, a slice of a constant
-    buffer). The node computing it still runs when its tensor is used; the fact lets what
-    is read from it (``aten::Int``) fold."""
-
-    value: torch.Tensor | None = field(default=None, compare=False, repr=False)
-
-
-#: The most bytes a tensor computed at specialisation may have (``ValueFact``); a graph
-#: constant's value is a fact whatever its size (it is held anyway).
-VALUE_FACT_BYTES = 64 * 1024
-
-
-@dataclass(frozen=True)
-class SeqFact:
-    """The value is a list or tuple of exactly these elements (a fact or None each)."""
-
-    type: type
-    elems: tuple[Any, ...]
-
-
-Fact = Const | TensorFact | SeqFact
 
 #: Tensor metadata the key determines: evaluated on a meta tensor of the known dtype/shape.
 _METADATA_KINDS = frozenset({"aten::dim", "aten::size", "aten::numel", "prim::dtype",
@@ -110,42 +85,6 @@ _METADATA_KINDS = frozenset({"aten::dim", "aten::size", "aten::numel", "prim::dt
 #: Operators run on meta tensors or known values at specialisation: PyTorch's and ours.
 _OWN_NAMESPACES = frozenset({"aten", "prim", "static_runtime"})
 _SCALAR_TYPES = frozenset({"int", "bool", "float", "str"})
-_CONST_TYPES = (int, float, str, bool, type(None), torch.dtype, torch.device)
-_CPU = torch.device("cpu")
-_META = torch.device("meta")
-
-
-@dataclass
-class Specialization:
-    """What generated code for one input signature folds and leaves out."""
-
-    #: slot → the constant it holds on every call with this signature
-    known: dict[int, Any] = field(default_factory=dict)
-    #: ``prim::If`` node → the index of the branch taken on every such call
-    taken: dict[Node, int] = field(default_factory=dict)
-    #: nodes whose results nobody needs once the above is folded (not emitted)
-    dropped: set[Node] = field(default_factory=set)
-    #: the code folds devices: its guard must check that input tensors are where the key
-    #: says (``memory.cache.signature``: on the CPU unless it names a device)
-    assumes_device: bool = False
-
-
-def key_fact(k: Any) -> Fact | None:
-    """The fact a signature entry (``memory.cache._sig``'s form) guarantees, if any."""
-    if isinstance(k, tuple) and len(k) == 2 and isinstance(k[0], torch.dtype):
-        return TensorFact(k[0], tuple(k[1]), _CPU)  # ``_sig``: no device means the CPU
-    if isinstance(k, tuple) and len(k) == 3 and isinstance(k[0], torch.dtype):
-        return TensorFact(k[0], tuple(k[1]), k[2])
-    if k is type(None):
-        return Const(None)
-    if isinstance(k, tuple) and len(k) == 2:
-        kind, v = k
-        # ``_sig`` records ``type(x)``: only the exact builtin types are trusted.
-        if kind in (int, bool, str) and type(v) is kind:
-            return Const(v)
-        if kind in (list, tuple) and isinstance(v, tuple):
-            return SeqFact(kind, tuple(key_fact(e) for e in v))
-    return None
 
 
 class Specializer:
@@ -212,13 +151,13 @@ class Specializer:
         run = _Run(self)
         plan = self.plan
         for slot, const in plan.constants.items():
-            if type(const) in _CONST_TYPES:
+            if type(const) in CONST_TYPES:
                 run.facts[slot] = Const(const)
             elif isinstance(const, torch.Tensor) and const.layout is torch.strided:
                 if not const.is_meta:
-                    run.set(slot, _tensor_fact(const, real=True, limit=False))
+                    run.set(slot, tensor_fact(const, real=True, limit=False))
             else:
-                run.set(slot, _value_fact(const))  # lists and tuples
+                run.set(slot, value_fact(const))  # lists and tuples
         for slot, k in zip(plan.block.inputs, key):
             fact = key_fact(k)
             if fact is not None and self.stable(slot, fact):
@@ -230,7 +169,7 @@ class Specializer:
         for s, f in run.facts.items():
             if isinstance(f, ValueFact) and s not in plan.constants and self._shareable(s):
                 spec.known[s] = f.value
-        _Liveness(self, spec, run.computed).top(plan.block)
+        Liveness(self, spec, run.computed).top(plan.block)
         return spec
 
 
@@ -313,11 +252,11 @@ class _Run:
         if kind in _VARIADIC and pn.fn is not None:
             # our own variadic cat/stack (no schema): tensors in, one tensor out
             return _run_on(pn, facts, real=False,
-                           fact=lambda x: _tensor_fact(x, device=_common_device(facts)))
+                           fact=lambda x: tensor_fact(x, device=_common_device(facts)))
         if kind == "static_runtime::fused_region" and pn.fn is not None:
             # its subgraph's operators on meta tensors (``RegionKernel.meta``)
             return _run_on(pn, facts, real=False,
-                           fact=lambda x: _tensor_fact(x, device=_common_device(facts)))
+                           fact=lambda x: tensor_fact(x, device=_common_device(facts)))
         if len(pn.outputs) != 1 or pn.fn is None or pn.node.schema is None:
             return []
         if kind in _METADATA_KINDS and facts and isinstance(facts[0], TensorFact):
@@ -340,7 +279,7 @@ class _Run:
             return []  # a user's operator is user code: never run at preparation
         tensor_out = any(isinstance(v.type, T.TensorType) or _is_tensor_list(v.type)
                          for v in pn.node.outputs)
-        known = all(_has_value(f) for f in facts)
+        known = all(has_value(f) for f in facts)
         if not tensor_out and not (known and any(isinstance(f, ValueFact) for f in facts)):
             return []
         out: list[Fact | None] = []
@@ -348,9 +287,9 @@ class _Run:
                            or _integer_indices(pn, facts)):
             device = _result_device(pn, facts)
             out = _run_on(pn, facts, real=False,
-                          fact=lambda x: _tensor_fact(x, device=device))
-        if known and all(f is None or _small(f) for f in out):
-            values = _run_on(pn, facts, real=True, fact=_value_fact)
+                          fact=lambda x: tensor_fact(x, device=device))
+        if known and all(f is None or small(f) for f in out):
+            values = _run_on(pn, facts, real=True, fact=value_fact)
             if values:
                 return values
         if any(f is not None for f in out):
@@ -373,19 +312,18 @@ class _Run:
             if all(type(v) is int for v in value):
                 return SeqFact(list, tuple(Const(v) for v in value))
             return None
-        return Const(value) if type(value) in _CONST_TYPES else None
+        return Const(value) if type(value) in CONST_TYPES else None
 
 
-_UNKNOWN = object()
 
 
 def _run_on(pn: ProcessedNode, facts: list[Fact | None], real: bool, fact) -> list[Fact | None]:
     """``fact`` of each of ``pn``'s results when run on what ``facts`` say (real values, or
     meta tensors); [] if it raises."""
-    args = [_fact_value(f, real) for f in facts]
-    if any(a is _UNKNOWN for a in args):
+    args = [fact_value(f, real) for f in facts]
+    if any(a is UNKNOWN for a in args):
         return []
-    fn = pn.fn if real else _meta_callable(pn)
+    fn = pn.fn if real else meta_callable(pn)
     try:
         # (no ``warnings.catch_warnings`` here: this runs on a background thread too, and
         # that context swaps the process-wide filters under every other thread)
@@ -401,7 +339,7 @@ def _run_on(pn: ProcessedNode, facts: list[Fact | None], real: bool, fact) -> li
 _meta_callables: dict[tuple[str, int], Any] = {}
 
 
-def _meta_callable(pn: ProcessedNode) -> Any:
+def meta_callable(pn: ProcessedNode) -> Any:
     """What runs ``pn`` on meta tensors: an ATen operator's ``torch.ops`` overload, which
     takes every argument as given (an implementation may have baked constants in, a
     ``Device`` among them, which a meta run must replace); else the node's own."""
@@ -455,66 +393,6 @@ def _common_device(facts: list[Fact | None]) -> torch.device | None:
             found.update(e.device for e in f.elems if isinstance(e, TensorFact))
     return found.pop() if len(found) == 1 else None
 
-
-def _small(f: Fact) -> bool:
-    if isinstance(f, TensorFact):
-        return math.prod(f.shape) * f.dtype.itemsize <= VALUE_FACT_BYTES
-    if isinstance(f, SeqFact):
-        return all(e is None or _small(e) for e in f.elems)
-    return True
-
-
-def _has_value(f: Fact | None) -> bool:
-    if isinstance(f, SeqFact):
-        return all(_has_value(e) for e in f.elems)
-    return isinstance(f, (Const, ValueFact))
-
-
-def _fact_value(f: Fact | None, real: bool) -> Any:
-    """A value standing for what ``f`` says: the value itself where known and ``real``,
-    else a meta tensor for a tensor fact."""
-    if isinstance(f, Const):
-        # (on meta tensors, a device argument is the meta device: where they stand for)
-        return _META if not real and isinstance(f.value, torch.device) else f.value
-    if isinstance(f, ValueFact) and real:
-        return f.value
-    if isinstance(f, TensorFact):
-        return torch.empty(f.shape, dtype=f.dtype, device="meta")
-    if isinstance(f, SeqFact):
-        elems = [_fact_value(e, real) for e in f.elems]
-        if any(e is _UNKNOWN for e in elems):
-            return _UNKNOWN
-        return f.type(elems)
-    return _UNKNOWN
-
-
-def _tensor_fact(x: Any, real: bool = False, limit: bool = True,
-                 device: torch.device | None = None) -> Fact | None:
-    """The fact a run's result gives: tensors and lists of tensors only (with ``real``, a
-    real tensor's value too: a small one's, or any one's without ``limit``). A meta run's
-    tensors are on ``device``, if it is known."""
-    if isinstance(x, torch.Tensor):
-        where = device if x.is_meta else x.device
-        if real and not x.is_meta and x.layout is torch.strided and (
-                not limit or x.numel() * x.element_size() <= VALUE_FACT_BYTES):
-            return ValueFact(x.dtype, tuple(x.shape), where, x)
-        return TensorFact(x.dtype, tuple(x.shape), where)
-    if isinstance(x, (list, tuple)) and x and all(isinstance(e, torch.Tensor) for e in x):
-        return SeqFact(type(x), tuple(_tensor_fact(e, device=device) for e in x))
-    return None
-
-
-def _value_fact(x: Any) -> Fact | None:
-    """The fact a run on real values gives: the value (a small tensor's, a scalar's, a
-    list's of those)."""
-    if isinstance(x, torch.Tensor):
-        return _tensor_fact(x, real=not x.is_meta)
-    if type(x) in _CONST_TYPES:
-        return Const(x)
-    if isinstance(x, (list, tuple)):
-        elems = tuple(_value_fact(e) for e in x)
-        return SeqFact(type(x), elems) if all(e is not None for e in elems) else None
-    return None
 
 
 def _is_tensor_list(t: T.Type) -> bool:
@@ -572,69 +450,3 @@ def _call(pn: ProcessedNode, args: list[Any], ret: str) -> Const | None:
         return None
     expected = {"int": int, "bool": bool, "float": float, "str": str}[ret]
     return Const(value) if type(value) is expected else None
-
-
-class _Liveness:
-    """Backward pass: which nodes still have to run once the known values are literals."""
-
-    def __init__(self, owner: Specializer, spec: Specialization, computed: set[Node]):
-        self.owner = owner
-        self.spec = spec
-        self.computed = computed
-        self.needed: set[int] = set()
-
-    def need(self, slots) -> None:
-        known = self.spec.known
-        self.needed.update(s for s in slots if s not in known)
-
-    def top(self, block: ProcessedBlock) -> None:
-        self.need(block.outputs)
-        self.block(block)
-
-    def block(self, block: ProcessedBlock) -> None:
-        for pn in reversed(block.nodes):
-            if not self.node(pn):
-                self.spec.dropped.add(pn.node)
-
-    def must_run(self, pn: ProcessedNode) -> bool:
-        """Whether ``pn`` (or a node in the blocks that would run) acts on the world."""
-        if pn.control in (Control.FORK, Control.LOOP):
-            return True
-        if pn.control is Control.IF:
-            k = self.spec.taken.get(pn.node)
-            blocks = pn.blocks if k is None else (pn.blocks[k],)
-            return any(self.must_run(inner) for b in blocks for inner in b.nodes)
-        return (pn.node in self.computed or has_side_effects(pn.node)
-                or bool(self.owner.db.writes(pn.node)))
-
-    def node(self, pn: ProcessedNode) -> bool:
-        known = self.spec.known
-        wanted = any(s in self.needed for s in pn.outputs if s not in known)
-        if not wanted and not self.must_run(pn):
-            return False
-        if pn.control is Control.FORK:
-            self.need(pn.inputs)
-            return True
-        if pn.control is Control.LOOP:
-            # Every carried value and the body's condition: the loop runs as it is, only
-            # folded nodes inside it go.
-            body = pn.blocks[0]
-            self.need(pn.inputs)
-            self.need(body.outputs)
-            self.block(body)
-            return True
-        if pn.control is Control.IF:
-            k = self.spec.taken.get(pn.node)
-            if k is None:
-                self.need(pn.inputs)
-                for b in pn.blocks:
-                    self.need(b.outputs)
-                    self.block(b)
-            else:
-                taken = pn.blocks[k]
-                self.need(inner for out, inner in zip(pn.outputs, taken.outputs)
-                          if out not in known)
-                self.block(taken)
-            return True
-        self.need(pn.inputs)
-        return True

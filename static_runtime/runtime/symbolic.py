@@ -24,6 +24,9 @@ call served from a layout it made compares every arena tensor's shape with the p
 (``Interpreter.finish``); a difference retires the program with a ``RuntimeWarning`` (that
 call's results are right either way: an out variant resizes a tensor that is too small for
 it, or refuses to grow one past its region and the runtime allocates).
+
+The fake-tensor run is ``runtime/symbolic_run.py``; this module compiles what it finds into
+a program and keeps the programs per signature structure (``ShapePrograms``).
 """
 
 from __future__ import annotations
@@ -40,40 +43,25 @@ from typing import Any
 
 import torch
 
-from static_runtime.ir import types as T
 from static_runtime.memory.arena import ArenaLayout, Observation, build_layout, refit
-from static_runtime.ops import schema as S
-from static_runtime.passes.effects import has_side_effects, is_nondeterministic
-from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
-from static_runtime.runtime.specialize import (
-    Const,
-    SeqFact,
-    Specialization,
-    Specializer,
-    _Liveness,
-    _meta_callable,
+from static_runtime.passes.effects import has_side_effects
+from static_runtime.runtime.facts import Const, SeqFact, Specialization
+from static_runtime.runtime.liveness import Liveness
+from static_runtime.runtime.plan import ExecutionPlan
+from static_runtime.runtime.specialize import Specializer
+from static_runtime.runtime.symbolic_run import (
+    Runner,
+    Unsupported,
+    fake_constant,
+    holds_tensor,
+    stand_in,
 )
 
 #: how many programs a structure keeps (each covers the sizes its guards admit: a program
 #: made from a batch of 1 covers batch 1 only, for instance)
 PROGRAMS_PER_STRUCTURE = 4
 
-_OWN_NAMESPACES = frozenset({"aten", "prim", "static_runtime"})
-#: 0-dim tensors holding a size (``prim::NumToTensor``): arithmetic the run follows on them
-_SIZE_ARITHMETIC = {
-    "aten::add": lambda a, b, alpha=1: a + alpha * b,
-    "static_runtime::add": lambda a, b, alpha=1: a + alpha * b,
-    "aten::sub": lambda a, b, alpha=1: a - alpha * b,
-    "aten::mul": lambda a, b: a * b,
-    "aten::floor_divide": lambda a, b: a // b,
-}
-#: reading a number out of a tensor
-_READS = frozenset({"aten::Int", "aten::ScalarImplicit", "aten::item", "aten::Float"})
 _counter = count()
-
-
-class Unsupported(Exception):
-    """The plan cannot be followed symbolically; the message says where and why."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +141,7 @@ class ShapePrograms:
         if any(p.evaluate(inputs) is not None for p in self.get(structure)):
             return  # covered (by a program made while this call recorded)
         # only the inputs' metadata is kept: tensors of the same sizes and strides
-        example = [_stand_in(x) for x in inputs]
+        example = [stand_in(x) for x in inputs]
         with self._lock:
             if structure in self._pending:
                 self._next[structure] = (plan, example, checks, names)
@@ -269,9 +257,9 @@ def build_program(plan: ExecutionPlan, example: list[Any], checks: Any = None,
                if isinstance(const, torch.Tensor) and const.dim() == 0
                and not const.is_floating_point() and not const.is_complex()}
     with mode:
-        runner = _Runner(values)
+        runner = Runner(values)
         for slot, const in plan.constants.items():
-            values[slot] = _fake_constant(mode, const)
+            values[slot] = fake_constant(mode, const)
             if slot in numbers:  # a 0-dim integer constant: a number a size may meet
                 runner.sizes[id(values[slot])] = (numbers[slot], values[slot])
         for i, (slot, x) in enumerate(zip(plan.block.inputs, example)):
@@ -285,7 +273,7 @@ def build_program(plan: ExecutionPlan, example: list[Any], checks: Any = None,
                 placeholders.append(fake)
                 positions.append(i)
                 values[slot] = fake
-            elif _holds_tensor(x):
+            elif holds_tensor(x):
                 raise Unsupported(f"input {i} is a container of tensors")
             else:
                 values[slot] = x
@@ -331,7 +319,7 @@ _STRIDE_KINDS = frozenset({"aten::stride", "aten::is_contiguous",
 _FOLDABLE = (int, float, bool, str, type(None), torch.dtype, torch.device)
 
 
-def _structure_spec(plan: ExecutionPlan, runner: _Runner, values: list[Any]
+def _structure_spec(plan: ExecutionPlan, runner: Runner, values: list[Any]
                     ) -> Specialization | None:
     """What every call the program's guards admit has in common beyond its sizes: the
     scalars the run computed without a size symbol in them (ranks, dtypes, sizes the guards
@@ -354,7 +342,7 @@ def _structure_spec(plan: ExecutionPlan, runner: _Runner, values: list[Any]
         if has_side_effects(pn.node) or specializer.db.writes(pn.node):
             for out in pn.outputs:
                 spec.known.pop(out, None)
-    _Liveness(specializer, spec, set()).top(plan.block)
+    Liveness(specializer, spec, set()).top(plan.block)
     return spec
 
 
@@ -431,132 +419,3 @@ def _widened(example: list[Any]) -> list[Any] | None:
         return None
     return [torch.empty([2 if d == 1 else d for d in x.shape], dtype=x.dtype)
             if isinstance(x, torch.Tensor) else x for x in example]
-
-
-def _stand_in(x: Any) -> Any:
-    if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.device.type == "cpu":
-        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype)
-    return x
-
-
-def _fake_constant(mode: Any, const: Any) -> Any:
-    # a fake copy: an implementation that recognises its own constant by identity (to use a
-    # prepacked form) must take its general path here
-    if isinstance(const, torch.Tensor):
-        return mode.from_tensor(const, static_shapes=True)
-    if isinstance(const, list):
-        return [_fake_constant(mode, c) for c in const]
-    if isinstance(const, tuple):
-        return tuple(_fake_constant(mode, c) for c in const)
-    return const
-
-
-def _holds_tensor(x: Any) -> bool:
-    if isinstance(x, (list, tuple)):
-        return any(_holds_tensor(e) for e in x)
-    if isinstance(x, dict):
-        return any(_holds_tensor(e) for e in x.values())
-    return isinstance(x, torch.Tensor)
-
-
-class _Runner:
-    """Runs a plan's nodes on fake tensors, following sizes held in 0-dim tensors."""
-
-    def __init__(self, values: list[Any]):
-        self.values = values
-        #: id of a 0-dim fake tensor → the size it holds (a SymInt or int), and the tensor
-        #: (kept so the id stays its own)
-        self.sizes: dict[int, tuple[Any, torch.Tensor]] = {}
-        self.where = ""
-        #: ``prim::If`` node → the branch the run took (decided under the guards)
-        self.taken: dict[Any, int] = {}
-        #: the slots the run defined, in order
-        self.produced: list[int] = []
-
-    def block(self, block: ProcessedBlock) -> None:
-        for pn in block.nodes:
-            self.where = pn.where()
-            self.node(pn)
-
-    def node(self, pn: ProcessedNode) -> None:
-        values = self.values
-        if pn.control is Control.IF:
-            k = 0 if bool(values[pn.inputs[0]]) else 1
-            self.taken[pn.node] = k
-            taken = pn.blocks[k]
-            self.block(taken)
-            for out, inner in zip(pn.outputs, taken.outputs):
-                values[out] = values[inner]
-            self.produced.extend(pn.outputs)
-            return
-        if pn.control is not Control.NONE:
-            raise Unsupported(f"{pn.where()}: loops and forks are not followed")
-        node = pn.node
-        if node.kind == "prim::RaiseException":
-            raise Unsupported(f"{pn.where()}: the sizes reach a raise")
-        if is_nondeterministic(node):
-            raise Unsupported(f"{pn.where()}: a random operator")
-        if has_side_effects(node):
-            if pn.outputs:
-                raise Unsupported(f"{pn.where()}: an operator with effects")
-            return  # a warning or a print: nothing the sizes need
-        if node.schema is not None and S.parse(node.schema).namespace not in _OWN_NAMESPACES:
-            raise Unsupported(f"{pn.where()}: a user's operator is never run at preparation")
-        args = [values[i] for i in pn.inputs]
-        result = self.follow_size(pn, args)
-        if result is _NOT_A_SIZE:
-            tensor_out = any(isinstance(v.type, T.TensorType) for v in node.outputs)
-            fn = _meta_callable(pn) if (tensor_out and node.schema is not None) else (
-                getattr(pn.fn, "meta", pn.fn))
-            if fn is None:
-                raise Unsupported(f"{pn.where()}: no implementation")
-            result = fn(*args)
-        if len(pn.outputs) == 1:
-            values[pn.outputs[0]] = result
-        else:
-            for out, x in zip(pn.outputs, result):
-                values[out] = x
-        self.produced.extend(pn.outputs)
-
-    def follow_size(self, pn: ProcessedNode, args: list[Any]) -> Any:
-        """A size turned into a 0-dim tensor, arithmetic on it and reading it back are
-        followed as the integer they hold (a fake run would otherwise lose it to data)."""
-        kind = pn.kind.split(".")[0]
-        if kind == "prim::NumToTensor" and args and isinstance(args[0], (int, torch.SymInt)) \
-                and not isinstance(args[0], bool):
-            t = torch.ops.aten.scalar_tensor.default(args[0], dtype=torch.long)
-            self.sizes[id(t)] = (args[0], t)
-            return t
-        if not any(isinstance(a, torch.Tensor) and id(a) in self.sizes for a in args):
-            if kind in _READS and args and isinstance(args[0], torch.Tensor):
-                raise Unsupported(f"{pn.where()}: a number read from a tensor's data")
-            return _NOT_A_SIZE
-        if kind in _READS and len(args) == 1:
-            n = self.sizes[id(args[0])][0]
-            return float(n) if kind == "aten::Float" else n
-        op = _SIZE_ARITHMETIC.get(kind)
-        if op is None:
-            # any other use: an ordinary (fake) tensor, which an in-place one may change
-            if kind.endswith("_"):
-                for a in args:
-                    self.sizes.pop(id(a), None)
-            return _NOT_A_SIZE
-        numbers = [self._number(a) for a in args]
-        if any(n is None for n in numbers):
-            return _NOT_A_SIZE
-        n = op(*numbers)
-        t = torch.ops.aten.scalar_tensor.default(n, dtype=torch.long)
-        self.sizes[id(t)] = (n, t)
-        return t
-
-    def _number(self, a: Any) -> Any:
-        if isinstance(a, torch.Tensor):
-            if id(a) in self.sizes:
-                return self.sizes[id(a)][0]
-            return None
-        return a if isinstance(a, (int, torch.SymInt)) and not isinstance(a, bool) else None
-
-
-_NOT_A_SIZE = object()
-
-

@@ -1,0 +1,251 @@
+"""The executor that installs and calls generated code: binds a layout's function to this
+runtime's arena tensors (kept per layout), runs the steady state through it, and hands
+recording and verifying calls to the reference interpreter or the recording variant."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from static_runtime.memory.cache import signature, structure
+from static_runtime.runtime.codegen import function
+from static_runtime.runtime.codegen.cache import CodeCache, Pending
+from static_runtime.runtime.codegen.function import GeneratedCode
+from static_runtime.runtime.codegen.prologue import SignatureChanged, guard_kind
+from static_runtime.runtime.hoist import HoistRefused
+from static_runtime.runtime.interpreter import (
+    Interpreter,
+    MemoryConfig,
+    _is_refused_resize,
+    annotate,
+)
+from static_runtime.runtime.plan import ExecutionPlan
+
+#: the most layouts' bound functions one runtime keeps (``CodegenExecutor._bindings``)
+_MAX_BINDINGS = 256
+
+
+class CodegenExecutor(Interpreter):
+    """Runs calls through generated code; a call that records a new signature's sizes goes
+    through the reference interpreter (it needs the value array to observe them)."""
+
+    def __init__(self, plan: ExecutionPlan, memory: MemoryConfig | None, codes: CodeCache):
+        super().__init__(plan, memory)
+        self.codes = codes
+        self._fast: Callable[..., list[Any]] | None = None
+        self._code: GeneratedCode | None = None
+        self._direct = False
+        self._plain_outputs = False
+        #: the signature the generic code serves until its own is ready (None: the bound
+        #: code is the signature's own)
+        self._pending: Pending | None = None
+        #: specialising although memory is not planned per signature (so ``prepare`` keeps
+        #: no key): the executor keeps the signature itself
+        self._own_key = codes.specializer is not None and not (
+            memory is not None and self._managed)
+        #: id of a layout → (layout, fast, code, direct, plain outputs, pending, unkept):
+        #: what ``_bind`` made for it, reused while the layout's tensors are
+        self._bindings: dict[int, tuple] = {}
+
+    def prepare(self, inputs: list[Any]) -> None:
+        super().prepare(inputs)
+        if self._own_key:
+            key = signature(inputs)
+            if key != self._key:
+                self._key = key
+                self._fast = None
+
+    def install(self, layout) -> bool:
+        reused = super().install(layout)
+        held = self._bindings.get(id(layout))
+        if (reused and held is not None and held[0] is layout
+                and held[6] == self.unkept):
+            # this layout's function, bound before to these very tensors
+            _, self._fast, self._code, self._direct, self._plain_outputs, self._pending, _ = held
+        else:
+            self._fast = None
+        return reused
+
+    def run(self, inputs: list[Any]) -> list[Any]:
+        fast = self._fast
+        if fast is not None and self._direct:
+            # Steady state: the generated code checks the signature itself.
+            try:
+                outputs = fast(*inputs)
+            except SignatureChanged:
+                pass
+            except BaseException as e:
+                self._annotate(e)
+                raise
+            else:
+                if self._plain_outputs:
+                    return outputs
+                return self.finish(outputs, inputs)
+        self.prepare(inputs)
+        if self._recording and self._recorded_before():
+            return self._run_recording(inputs)
+        if self._recording or self._verifying:
+            # (recording: the value array is observed; verifying: out variants checked)
+            return self._run_reference(inputs)
+        if (self._pending is not None and self._fast is not None
+                and self.codes.note_call(self._pending)):
+            self._fast = None  # the signature's own code is ready: bind it
+        fast = self._fast or self._bind()
+        try:
+            outputs = fast(*inputs)
+        except BaseException as e:
+            self._annotate(e)
+            raise
+        return self.finish(outputs, inputs)
+
+    def _recorded_before(self) -> bool:
+        """Whether this signature's recording call may run generated code: its structure
+        (dtypes, ranks, other values) was recorded by the reference interpreter before, so
+        every out variant it reaches has been checked (``runtime/checks.py``)."""
+        return self.memory is not None and structure(self._key) in self.memory.structures
+
+    def _run_recording(self, inputs: list[Any]) -> list[Any]:
+        """A new signature of a known structure: the generic code with nothing in the arena,
+        storing each value into the value array for the planner (as fast as a call that
+        allocates; the reference interpreter pays per node for what it does generally)."""
+        code = self.codes.generic(frozenset(), record=True)
+        self._code = code
+        values = self.values
+        for slot, x in zip(self.plan.block.inputs, inputs):
+            values[slot] = x
+        fn = code.factory(self._refused, self._key, values)
+        try:
+            outputs = fn(*inputs)
+            # Every value is in the array now: if a managed node met arguments whose kind
+            # (dtypes, ranks) its out variant was not checked for, the layout's first call
+            # from the arena checks it (a verifying call).
+            self._record_checked = self._checks is None or self._checks.all_checked(
+                self.plan, values)
+            return self.finish(outputs, inputs)
+        except BaseException as e:
+            self._annotate(e)
+            raise
+        finally:
+            self._record_checked = True
+            self.clear()
+
+    def _run_reference(self, inputs: list[Any]) -> list[Any]:
+        values = self.values
+        for slot, x in zip(self.plan.block.inputs, inputs):
+            values[slot] = x
+        try:
+            self.run_block(self.plan.block)
+            return self.end(inputs)
+        finally:
+            self.clear()
+
+    def _arena_slots(self) -> frozenset[int]:
+        values = self.values
+        return frozenset(s for s in self._managed
+                         if values[s] is not None and s not in self.unkept)
+
+    def profiled_function(self, timed: frozenset[int] | None) -> tuple[Callable[..., Any], bool]:
+        """The profiler's copy of the generated function for the current layout (call
+        ``prepare`` first), and whether a call needs ``prepare`` before it (as ``run``
+        does); call ``finish`` after. With ``timed`` (node indices) it returns
+        ``(outputs, stamps)`` (see ``generate``). Exceptions are then mapped to nodes through it: meant for an
+        executor of the profiler's own."""
+        self._fast or self._bind()
+        guard = self._guard()
+        arena = self._arena_slots()
+        spec = self.codes.spec_for(guard, self._key)
+
+        def make() -> GeneratedCode:
+            return function.generate(self.plan, arena, self.codes.title, guard, timed=timed, spec=spec,
+                            hoisting=self.codes.hoisting_for(arena, spec))
+
+        return self._instantiate(make), not self._direct
+
+    def _instantiate(self, make: Callable[[], GeneratedCode]) -> Callable[..., list[Any]]:
+        """``make()``'s code bound to this runtime's arena tensors; generated again without
+        a hoisted node whose result turned out not to be a view (``HoistRefused``)."""
+        while True:
+            code = make()
+            try:
+                fn = code.factory(*[self.values[s] for s in code.arena_slots], self._refused,
+                                  self._key)
+            except HoistRefused as e:
+                self.codes.refuse(e.node)
+                continue
+            self._code = code
+            return fn
+
+    def _guard(self) -> tuple[bool, ...] | None:
+        # Check the signature inside the generated code when memory is planned per
+        # signature and no output arena needs its own check before a call.
+        guarded = self._key is not None and not (self.layout and self.layout.outputs)
+        if not guarded:
+            return None
+        # The direct tensor check only for inputs typed ``Tensor``: an ``Optional[Tensor]``
+        # may be None on the next call (``_sig`` compares anything).
+        guard = tuple(guard_kind(k, v.type) for k, v in zip(self._key, self.plan.graph.inputs))
+        if self._own_key:
+            # Checking the signature costs time on every call: only worth it when the code
+            # for this signature folds something (otherwise the generic code runs, as it
+            # would with specialisation off).
+            spec = self.codes.spec_for(guard, self._key)
+            if not (spec.known or spec.taken or spec.dropped):
+                return None
+        return guard
+
+    def _bind(self) -> Callable[..., list[Any]]:
+        arena = self._arena_slots()
+        layout_id = id(self.layout) if self.layout is not None else None
+        guard = self._guard()
+        codes = self.codes
+        self._pending = None
+        if (guard is not None and codes.hot is not None and self._key is not None
+                and layout_id is not None and not self._own_key):
+            self._pending = codes.pending(arena, layout_id, guard, self._key)
+        if self._pending is not None:
+            # A signature not (yet) hot: the shared generic code serves it.
+            codes.note_call(self._pending)
+            program = self.layout.program
+            self._fast = self._instantiate(lambda: codes.generic(arena, program=program))
+            self._direct = False
+            self._plain_outputs = False
+            return self._keep_binding()
+        guarded = guard is not None
+        self._fast = self._instantiate(
+            lambda: self.codes.get(arena, layout_id, guard, self._key))
+        # ``_direct``: the fast path may skip ``prepare`` (nothing to check outside the code).
+        self._direct = guarded or not (self.memory is not None and self._managed)
+        self._plain_outputs = not self.plan.copied_outputs and not (
+            self.layout is not None and self.layout.outputs)
+        return self._keep_binding()
+
+    def _keep_binding(self) -> Callable[..., list[Any]]:
+        layout = self.layout
+        if layout is not None:
+            if len(self._bindings) >= _MAX_BINDINGS:
+                self._bindings.clear()
+            self._bindings[id(layout)] = (layout, self._fast, self._code, self._direct,
+                                          self._plain_outputs, self._pending,
+                                          frozenset(self.unkept))
+        return self._fast
+
+    def _refused(self, e: RuntimeError, slot: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """Called by generated code when an out variant failed: if PyTorch refused to grow
+        an arena tensor, allocate this value from now on (new code next call)."""
+        if not _is_refused_resize(e):
+            raise e
+        self.unkept.add(slot)
+        self._fast = None
+        return fn(*args)
+
+    def _annotate(self, e: BaseException) -> None:
+        code = self._code
+        if code is None:
+            return
+        tb, lineno = e.__traceback__, None
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == code.filename:
+                lineno = tb.tb_lineno
+            tb = tb.tb_next
+        for pn in code.nodes_at(lineno) if lineno is not None else ():
+            annotate(e, pn)
