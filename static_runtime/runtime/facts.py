@@ -157,3 +157,7 @@ class Specialization:
     #: the code folds devices: its guard must check that input tensors are where the key
     #: says (``memory.cache.signature``: on the CPU unless it names a device)
     assumes_device: bool = False
+    #: top-level nodes whose tensor the signature alone decides, for code that does not
+    #: fold sizes (a shape program's): computed on the first call of the code's binding (one
+    #: layout, so one signature) and kept for the next calls
+    memo: set[Node] = field(default_factory=set)

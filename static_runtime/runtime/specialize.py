@@ -128,7 +128,7 @@ class Specializer:
             self._keeps[node] = ok
         return ok
 
-    def _shareable(self, slot: int) -> bool:
+    def shareable(self, slot: int) -> bool:
         """Whether one tensor may stand for the value in ``slot`` on every call: nothing
         writes it, and the caller never gets it (or anything holding it)."""
         v = self._value_of[slot]
@@ -167,7 +167,7 @@ class Specializer:
         spec.known = {s: f.value for s, f in run.facts.items()
                       if isinstance(f, Const) and s in run.folded}
         for s, f in run.facts.items():
-            if isinstance(f, ValueFact) and s not in plan.constants and self._shareable(s):
+            if isinstance(f, ValueFact) and s not in plan.constants and self.shareable(s):
                 spec.known[s] = f.value
         Liveness(self, spec, run.computed).top(plan.block)
         return spec

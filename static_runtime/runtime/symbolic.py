@@ -44,10 +44,10 @@ from typing import Any
 import torch
 
 from static_runtime.memory.arena import ArenaLayout, Observation, build_layout, refit
-from static_runtime.passes.effects import has_side_effects
+from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 from static_runtime.runtime.facts import Const, SeqFact, Specialization
 from static_runtime.runtime.liveness import Liveness
-from static_runtime.runtime.plan import ExecutionPlan
+from static_runtime.runtime.plan import Control, ExecutionPlan
 from static_runtime.runtime.specialize import Specializer
 from static_runtime.runtime.symbolic_run import (
     Runner,
@@ -257,7 +257,9 @@ def build_program(plan: ExecutionPlan, example: list[Any], checks: Any = None,
                if isinstance(const, torch.Tensor) and const.dim() == 0
                and not const.is_floating_point() and not const.is_complex()}
     with mode:
-        runner = Runner(values)
+        runner = Runner(values, plan.constants,
+                        [slot for slot, x in zip(plan.block.inputs, example)
+                         if not isinstance(x, torch.Tensor)])
         for slot, const in plan.constants.items():
             values[slot] = fake_constant(mode, const)
             if slot in numbers:  # a 0-dim integer constant: a number a size may meet
@@ -343,7 +345,38 @@ def _structure_spec(plan: ExecutionPlan, runner: Runner, values: list[Any]
             for out in pn.outputs:
                 spec.known.pop(out, None)
     Liveness(specializer, spec, set()).top(plan.block)
+    # Tensors the signature alone decides (offsets ``arange(0, n * k, k)``, a slice of a
+    # constant buffer by a length): computed on a layout's first call, then kept by its code.
+    for pn in _straight_line(plan.block, spec):
+        out = pn.outputs[0] if len(pn.outputs) == 1 else None
+        v = values[out] if out is not None else None
+        if (out in runner.signature_only and isinstance(v, torch.Tensor) and not pn.managed
+                and pn.control is Control.NONE and pn.node not in spec.dropped
+                and out not in spec.known and _hint_numel(v) <= MEMO_ELEMENTS
+                and not has_side_effects(pn.node) and not is_nondeterministic(pn.node)
+                and specializer.shareable(out)):
+            spec.memo.add(pn.node)
     return spec
+
+
+def _straight_line(block: Any, spec: Specialization) -> Any:
+    """The nodes every call runs: the top level's, and those of the branches ``spec``
+    decides (which the code runs in line)."""
+    for pn in block.nodes:
+        k = spec.taken.get(pn.node) if pn.control is Control.IF else None
+        if k is not None:
+            yield from _straight_line(pn.blocks[k], spec)
+        else:
+            yield pn
+
+
+#: the most elements a tensor kept per layout may have (``Specialization.memo``)
+MEMO_ELEMENTS = 1 << 16
+
+
+def _hint_numel(t: torch.Tensor) -> int:
+    n = t.numel()
+    return n if isinstance(n, int) else int(n.node.hint)
 
 
 def _fact_of(v: Any) -> Any:

@@ -61,8 +61,10 @@ def holds_tensor(x: Any) -> bool:
 class Runner:
     """Runs a plan's nodes on fake tensors, following sizes held in 0-dim tensors."""
 
-    def __init__(self, values: list[Any]):
+    def __init__(self, values: list[Any], constants: Any = (), inputs: Any = ()):
         self.values = values
+        #: the plan's constant slots
+        self.constants = frozenset(constants)
         #: id of a 0-dim fake tensor → the size it holds (a SymInt or int), and the tensor
         #: (kept so the id stays its own)
         self.sizes: dict[int, tuple[Any, torch.Tensor]] = {}
@@ -71,6 +73,9 @@ class Runner:
         self.taken: dict[Any, int] = {}
         #: the slots the run defined, in order
         self.produced: list[int] = []
+        #: slots whose value the input signature alone decides (computed from constants,
+        #: sizes and the structure's non-tensor inputs, never from a tensor's data)
+        self.signature_only: set[int] = set(inputs)
 
     def block(self, block: ProcessedBlock) -> None:
         for pn in block.nodes:
@@ -116,6 +121,9 @@ class Runner:
             for out, x in zip(pn.outputs, result):
                 values[out] = x
         self.produced.extend(pn.outputs)
+        if pn.kind.split(".")[0] in _METADATA or all(
+                i in self.signature_only or i in self.constants for i in pn.inputs):
+            self.signature_only.update(pn.outputs)
 
     def follow_size(self, pn: ProcessedNode, args: list[Any]) -> Any:
         """A size turned into a 0-dim tensor, arithmetic on it and reading it back are
@@ -157,5 +165,8 @@ class Runner:
 
 
 _NOT_A_SIZE = object()
+#: operators that read only a tensor's metadata (sizes, rank, dtype, device)
+_METADATA = frozenset({"aten::size", "aten::sym_size", "aten::numel", "aten::sym_numel",
+                       "aten::dim", "prim::dtype", "prim::device", "aten::len"})
 
 

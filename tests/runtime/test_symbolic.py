@@ -260,3 +260,31 @@ def test_a_batch_of_one_first_still_gets_the_other_batches_a_program():
         with torch.no_grad():
             torch.testing.assert_close(mod(ids, mask), model(ids, mask))
     assert _served(mod) == 4
+
+
+def test_tensors_the_signature_decides_are_made_once_per_size():
+    """``arange(0, n * k, k)`` offsets of a 2-D ``EmbeddingBag`` input depend on its sizes
+    only: the shape program's code makes them on a size's first call and keeps them; each
+    size gets its own, and results equal eager's on every size, in any order."""
+
+    class Bag(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bag = torch.nn.EmbeddingBag(50, 4, mode="sum")
+            self.lin = torch.nn.Linear(4, 3)
+
+        def forward(self, idx):
+            return torch.relu(self.lin(self.bag(idx))) * 2
+
+    model = Bag().eval()
+    s = _script(model)
+    mod = sr.StaticModule(s, sr.StaticModuleOptions(specialize_after=1000))
+    mod(torch.randint(0, 50, (40, 5)))
+    wait_for_builds()
+    sizes = [(3, 5), (7, 5), (3, 5), (7, 2), (12, 5), (7, 5), (3, 5)]
+    g = torch.Generator().manual_seed(0)
+    for rows, cols in sizes:
+        idx = torch.randint(0, 50, (rows, cols), generator=g)
+        with torch.no_grad():
+            torch.testing.assert_close(mod(idx), model(idx))
+    assert "_memo" in mod.code and "made on a binding's first call" in mod.code

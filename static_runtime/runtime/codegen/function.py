@@ -55,6 +55,8 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
         self.hoisting = hoisting or Hoisting()
         self.hoisted: set[Node] = {pn.node for pn in self.hoisting.nodes}
         self.hoisted_names: list[str] = []
+        #: per binding kept tensors the signature alone decides (``Specialization.memo``)
+        self.memo_names: list[str] = []
         #: list slot → a literal building it, for lists fixed for the layout
         self.list_literals: dict[int, str] = {}
         #: what the input signature the guard checks determines (None: nothing assumed)
@@ -166,6 +168,15 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
         if self.timed is not None:
             self.globals["_clock"] = time.perf_counter_ns
         self.block(plan.block, 2, top=True)
+        if self.memo_names:
+            # (the tensors kept per binding: their names are known once the body is made)
+            at = next(k for k, line in enumerate(header) if line.startswith("    def run("))
+            header.insert(at, f"    {' = '.join(self.memo_names)} = None")
+            header.insert(at + 2, f"        nonlocal {', '.join(self.memo_names)}")
+            specialised_at = 1
+            header.insert(specialised_at + len(specialised), (
+                f"# {len(self.memo_names)} tensors the signature alone decides made on a "
+                "binding's first call (_memo), then kept."))
         outs = ", ".join(self.expr[s] for s in plan.block.outputs)
         if self.timed is not None:
             self.stamp(2)

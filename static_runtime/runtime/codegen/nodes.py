@@ -115,6 +115,25 @@ class NodeEmission:
             return self.loop_node(pn, indent)
         if pn.control is Control.FORK:
             return self.fork_node(pn, indent)
+        if self.spec is not None and pn.node in self.spec.memo:
+            return self.memo_node(pn, indent)
+        self.straight(pn, indent)
+
+    def memo_node(self, pn: ProcessedNode, indent: int) -> None:
+        """A tensor the signature alone decides: made on the first call of this binding of
+        the code (one layout: one signature), kept in the factory's scope for the next."""
+        memo = self.names.fresh("_memo")
+        self.memo_names.append(memo)
+        self.emit(indent, f"if {memo} is None:")
+        self.straight(pn, indent + 1)
+        name = self.expr[pn.outputs[0]]
+        self.emit(indent + 1, f"{memo} = {name}")
+        self.emit(indent, "else:")
+        self.emit(indent + 1, f"{name} = {memo}")
+
+    def straight(self, pn: ProcessedNode, indent: int) -> None:
+        """A node that is not control flow: a call, an out variant into its arena tensor, an
+        inline expression or unpacking."""
         kind = pn.kind
         spread = pn.impl.spread
         if spread is not None and pn.inputs[spread.index] in self.absorbed:
