@@ -43,8 +43,6 @@ are, otherwise a small generated function taking the node's inputs (``fn(*inputs
 
 from __future__ import annotations
 
-import functools
-import keyword
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -55,8 +53,20 @@ from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
 from static_runtime.ops import python_signatures as P
 from static_runtime.ops import schema as S
+from static_runtime.ops import signature_lists
+from static_runtime.ops.binding_calls import (
+    ABSENT,
+    DROP_ALL,
+    DROP_KEYWORDS,
+    DROP_NONE,
+    Arg,
+    call_of,
+    generate,
+    make,
+    spell,
+)
+from static_runtime.ops.enums import ENUM_TYPES, enum_table, int_enum
 from static_runtime.ops.python_signatures import Kind, Kinds
-from static_runtime.ops.registry import Const, InlineCall, forwards, labelled
 
 #: The modules holding each namespace's bindings, and how labels spell them.
 _MODULES: dict[str, tuple[Any, str]] = {
@@ -87,27 +97,6 @@ SCALAR_AS_TENSOR = {
     "add_.Scalar": "add_.Tensor", "sub_.Scalar": "sub_.Tensor", "mul_.Scalar": "mul_.Tensor",
     "div_.Scalar": "div_.Tensor", "div_.Scalar_mode": "div_.Tensor_mode",
 }
-
-_ENUM_TYPES = {"ScalarType": Kind.DTYPE, "Layout": Kind.LAYOUT, "MemoryFormat": Kind.MEMORY_FORMAT}
-_ABSENT = object()
-
-
-@dataclass(frozen=True)
-class Arg:
-    """One node input as the resolver sees it."""
-
-    index: int
-    name: str               # the schema's argument name
-    kinds: Kinds
-    constant: Any = _ABSENT     # the (converted) constant value, if it is one
-    converted: bool = False         # the constant was converted (dtype from int...)
-    #: a ``ScalarType``/``Layout``/``MemoryFormat`` input that is not a constant: TorchScript
-    #: passes it as an int, which the call converts (``Kind.DTYPE``...; None passes through)
-    enum: Kind | None = None
-
-    @property
-    def is_constant(self) -> bool:
-        return self.constant is not _ABSENT
 
 
 @dataclass(frozen=True)
@@ -168,7 +157,7 @@ def _bind(node: Node, *, out_overload: str | None = None,
         targets = {own, SCALAR_AS_TENSOR.get(own, own)}
     else:
         targets = {f"{name}.{out_overload}"}
-    namespaces = [ns for ns in P.NAMESPACES if ns != "method"]
+    namespaces = [ns for ns in signature_lists.NAMESPACES if ns != "method"]
     if out_overload is None:
         # The Tensor method first when no argument is a list: its parser takes ``self`` as
         # the receiver and costs less (``x.transpose(1, 2)`` 0.6 against ``torch.transpose``
@@ -183,7 +172,7 @@ def _bind(node: Node, *, out_overload: str | None = None,
                                    and not args[spread[0]].is_constant):
         return None, "no int-list input to spread"
     for ns in namespaces:
-        sigs = P.signatures(ns, name)
+        sigs = signature_lists.signatures(ns, name)
         binding = getattr(_MODULES[ns][0], name, None)
         if not sigs or binding is None:
             continue
@@ -194,8 +183,8 @@ def _bind(node: Node, *, out_overload: str | None = None,
                 continue
             # Leaving constants out may make an earlier signature fit too (``std(x)`` for
             # ``std(x, True)``): then leave fewer out.
-            for drop in (_DROP_ALL, _DROP_KEYWORDS, _DROP_NONE):
-                call = _call(sig, args, ns == "method", out_overload is not None, drop)
+            for drop in (DROP_ALL, DROP_KEYWORDS, DROP_NONE):
+                call = call_of(sig, args, ns == "method", out_overload is not None, drop)
                 if call is None:
                     break
                 receiver, positional, keywords = call
@@ -210,8 +199,8 @@ def _bind(node: Node, *, out_overload: str | None = None,
                         return made, ""
                     continue
                 if P.first_fit(sigs, pos_kinds, kw_kinds) is sig:
-                    return _make(binding, _spelling(ns, name, binding), len(node.inputs), receiver,
-                                 positional, keywords, out_overload is not None, returns), ""
+                    return make(binding, _spelling(ns, name, binding), len(node.inputs), receiver,
+                                positional, keywords, out_overload is not None, returns), ""
     return None, "no Python binding provably runs this overload"
 
 
@@ -239,13 +228,13 @@ def _spread(sig: P.PySignature, sigs: tuple[P.PySignature, ...], binding: Callab
     order = ([shifted(receiver)] if receiver is not None else []) + elements
     keywords = {k: shifted(a) for k, a in keywords.items()}
     n_inputs = len(node.inputs) + count - 1
-    shown = [f"{positional[-1].name}..." if a is elements[0] else _spell(a)
+    shown = [f"{positional[-1].name}..." if a is elements[0] else spell(a)
              for a in order if a not in elements[1:]]
-    label = f"{spelling}({', '.join(shown + [f'{k}={_spell(a)}' for k, a in keywords.items()])})"
+    label = f"{spelling}({', '.join(shown + [f'{k}={spell(a)}' for k, a in keywords.items()])})"
     if (not keywords and not returns and not any(a.converted or a.enum for a in order)
             and [a.index for a in order] == list(range(len(order)))):
         return Spread(index, count, binding, len(order), label)
-    fn = _generate(binding, spelling, n_inputs, order, keywords, False, returns)
+    fn = generate(binding, spelling, n_inputs, order, keywords, False, returns)
     return Spread(index, count, fn, n_inputs, label)
 
 
@@ -269,11 +258,11 @@ def _arguments(node: Node, info: S.SchemaInfo) -> tuple[list[Arg] | None, str]:
     args = []
     for i, (a, v) in enumerate(zip(info.arguments, node.inputs, strict=True)):
         # (a ``prim::Constant`` without a value is None)
-        value = v.node.attrs.get("value") if v.node.kind == "prim::Constant" else _ABSENT
-        enum_kind = _ENUM_TYPES.get(a.real_type.removeprefix("Optional[").removesuffix("]"))
+        value = v.node.attrs.get("value") if v.node.kind == "prim::Constant" else ABSENT
+        enum_kind = ENUM_TYPES.get(a.real_type.removeprefix("Optional[").removesuffix("]"))
         if enum_kind is not None:
-            if value is _ABSENT:
-                if not _enum_table(enum_kind) or not _int_enum(v.type):
+            if value is ABSENT:
+                if not enum_table(enum_kind) or not int_enum(v.type):
                     return None, f"{a.real_type} argument '{a.name}' is not a constant"
                 kinds = frozenset({enum_kind})
                 if isinstance(v.type, T.OptionalType):
@@ -281,22 +270,15 @@ def _arguments(node: Node, info: S.SchemaInfo) -> tuple[list[Arg] | None, str]:
                 args.append(Arg(i, a.name, kinds, enum=enum_kind))
                 continue
             converted = _enum_value(enum_kind, value)
-            if converted is _ABSENT:
+            if converted is ABSENT:
                 return None, f"constant {a.name}={value!r} has no Python equivalent"
             args.append(Arg(i, a.name, _kinds_of_value(converted), converted,
                             converted is not value))
-        elif value is not _ABSENT:
+        elif value is not ABSENT:
             args.append(Arg(i, a.name, _kinds_of_value(value), value))
         else:
             args.append(Arg(i, a.name, _narrow(_kinds_of_type(a.real_type), v.type)))
     return args, ""
-
-
-def _int_enum(t: T.Type) -> bool:
-    """Whether a value of IR type ``t`` is TorchScript's int spelling of an enum (or None)."""
-    if isinstance(t, T.OptionalType):
-        t = t.elem
-    return t in (T.Int, T.ScalarTypeT, T.Layout, T.MemoryFormat)
 
 
 def _kinds_of_type(t: str) -> Kinds:
@@ -358,208 +340,9 @@ def _kind_of_value(value: Any) -> Kind:
 
 def _enum_value(kind: Kind, value: Any) -> Any:
     """A TorchScript ``ScalarType``/``Layout``/``MemoryFormat`` constant as the Python object
-    the bindings take (None stays None), or ``_ABSENT`` if there is none."""
+    the bindings take (None stays None), or ``ABSENT`` if there is none."""
     if value is None or isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
         return value
     if not isinstance(value, int) or isinstance(value, bool):
-        return _ABSENT
-    return _enum_table(kind).get(value, _ABSENT)
-
-
-@functools.cache
-def _enum_table(kind: Kind) -> dict[int, Any]:
-    """TorchScript's int for each dtype, layout and memory format, asked of TorchScript itself
-    (a function returning the object compiles to an int constant)."""
-    cls = {Kind.DTYPE: torch.dtype, Kind.LAYOUT: torch.layout,
-           Kind.MEMORY_FORMAT: torch.memory_format}[kind]
-    table: dict[int, Any] = {}
-    for attr in sorted(dir(torch)):
-        obj = getattr(torch, attr, None)
-        if not isinstance(obj, cls) or not attr.isidentifier() or keyword.iskeyword(attr):
-            continue
-        code = _torchscript_int(attr)
-        if isinstance(code, int) and table.setdefault(code, obj) != obj:
-            return {}  # two objects for one int: trust nothing
-    return table
-
-
-@functools.cache
-def _enum_list(kind: Kind) -> tuple[Any, ...]:
-    """``_enum_table(kind)`` as a tuple indexed by the int. An int without an object stays
-    an int, which the binding refuses with a TypeError (a negative or too large one raises
-    IndexError), as TorchScript refuses an unknown ScalarType."""
-    table = _enum_table(kind)
-    return tuple(table.get(i, i) for i in range(max(table, default=-1) + 1))
-
-
-def _torchscript_int(attr: str) -> int | None:
-    """What ``torch.<attr>`` is in TorchScript, or None if TorchScript does not know it."""
-    try:
-        return torch.jit.CompilationUnit(f"def f():\n    return torch.{attr}\n").f()
-    except Exception:  # noqa: BLE001  (a dtype TorchScript does not know is left out)
-        return None
-
-
-# --------------------------------------------------------------------------- the call
-
-
-_DROP_ALL, _DROP_KEYWORDS, _DROP_NONE = 2, 1, 0
-
-
-def _call(sig: P.PySignature, args: list[Arg], method: bool, out: bool,
-          drop: int) -> tuple[Arg | None, list[Arg], dict[str, Arg]] | None:
-    """The receiver (for a method: the schema's ``self``), positional and keyword arguments
-    of a call to ``sig`` with the node's inputs; None if the inputs do not map onto the
-    signature's parameters. Constants are left out where that changes nothing: with
-    ``_DROP_ALL`` keyword ones and trailing positional ones, with ``_DROP_KEYWORDS`` keyword
-    ones only."""
-    by_name = {a.name: a for a in args}
-    receiver = by_name.pop("self", None) if method else None
-    if method and (receiver is None or Kind.TENSOR not in receiver.kinds):
-        return None
-    mapped: list[tuple[P.PyParam, Arg | None]] = []
-    for p in sig.params:
-        name = p.name
-        if name == "input" and "input" not in by_name and not method:
-            name = "self"
-        if out and p.name == "out":
-            mapped.append((p, None))
-            continue
-        arg = by_name.pop(name, None)
-        if arg is None and not p.optional:
-            return None
-        mapped.append((p, arg))
-    if by_name:
-        return None     # an input the signature has no parameter for
-    positional: list[Arg] = []
-    keywords: dict[str, Arg] = {}
-    pos_params = [(p, a) for p, a in mapped if not p.kw_only]
-    last = max((i for i, (p, a) in enumerate(pos_params)
-                if a is not None and (drop < _DROP_ALL or not _droppable(p, a))), default=-1)
-    for p, a in pos_params[:last + 1]:
-        if a is None:
-            return None     # a gap the call cannot leave
-        positional.append(a)
-    for p, a in mapped:
-        if p.kw_only and a is not None and (drop < _DROP_KEYWORDS or not _droppable(p, a)):
-            keywords[p.name] = a
-    return receiver, positional, keywords
-
-
-def _droppable(p: P.PyParam, a: Arg) -> bool:
-    """Whether leaving ``a`` out of the call is the same as passing it: a constant None for a
-    parameter with a default that accepts None (the parser stores "absent" either way), or a
-    constant equal to the parameter's default."""
-    if not a.is_constant or not p.optional:
-        return False
-    if a.constant is None:
-        return p.allow_none
-    default = _default_value(p)
-    return default is not _ABSENT and _same(a.constant, default)
-
-
-def _default_value(p: P.PyParam) -> Any:
-    """A parameter's default, as the parser reads it (``FunctionParameter::set_default_str``)."""
-    text = p.default
-    if text is None or text == "None":
-        return None if text == "None" else _ABSENT
-    try:
-        if p.type == "bool":
-            return {"True": True, "False": False, "true": True, "false": False}[text]
-        if p.type in ("int", "symint"):
-            return int(text)
-        if p.type == "double":
-            return float(text)
-        if p.type == "scalar":
-            try:
-                return int(text, 0)
-            except ValueError:
-                return float(text)
-        if p.type == "int_list":
-            if text.startswith("{"):
-                return [int(x) for x in text[1:-1].split(",") if x]
-            return [int(text)] * p.size if p.size else _ABSENT
-        if p.type == "str" and len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"" \
-                and "\\" not in text:
-            return text[1:-1]
-        if p.type in ("dtype", "layout") and text.startswith("torch."):
-            return getattr(torch, text[len("torch."):])
-    except (KeyError, ValueError, AttributeError):
-        pass
-    return _ABSENT
-
-
-def _same(value: Any, default: Any) -> bool:
-    if isinstance(default, list):
-        return (isinstance(value, (list, tuple)) and len(value) == len(default)
-                and all(_same(v, d) for v, d in zip(value, default)))
-    return type(value) is type(default) and value == default
-
-
-# --------------------------------------------------------------------------- the callable
-
-
-def _make(binding: Callable[..., Any], spelling: str, n_inputs: int, receiver: Arg | None,
-          positional: list[Arg], keywords: dict[str, Arg], out: bool,
-          returns: str) -> Callable[..., Any]:
-    order = ([receiver] if receiver is not None else []) + positional
-    if (not out and not keywords and not returns
-            and not any(a.converted or a.enum is not None for a in order)
-            and [a.index for a in order] == list(range(n_inputs))):
-        # The node's inputs are the binding's arguments as they are: no wrapper.
-        return labelled(spelling)(binding)
-    spelled = [_spell(a) for a in order] + [f"{k}={_spell(a)}" for k, a in keywords.items()]
-    if out:
-        spelled.append("out=out")
-    label = f"{spelling}({', '.join(spelled)})"
-    return labelled(label)(_generate(binding, spelling, n_inputs, order, keywords, out, returns))
-
-
-def _spell(a: Arg) -> str:
-    if not a.is_constant or isinstance(a.constant, torch.Tensor):
-        return a.name
-    return repr(a.constant)
-
-
-def _generate(binding: Callable[..., Any], spelling: str, n_inputs: int, positional: list[Arg],
-              keywords: dict[str, Arg], out: bool, returns: str) -> Callable[..., Any]:
-    """``def <op>([out, ]a0, a1, ...): return f(...)``, compiled with an explicit namespace:
-    ``f`` the binding, ``c<i>`` the converted constants."""
-    namespace: dict[str, Any] = {"f": binding, "list": list}
-
-    def ref(a: Arg) -> str:
-        if a.converted:
-            namespace[f"c{a.index}"] = a.constant
-            return f"c{a.index}"
-        if a.enum is not None:
-            # TorchScript's int for a dtype/layout/memory format → the object (None stays)
-            name = f"t_{a.enum.name}"
-            namespace.setdefault(name, _enum_list(a.enum))
-            if Kind.NONE in a.kinds:
-                return f"(None if a{a.index} is None else {name}[a{a.index}])"
-            return f"{name}[a{a.index}]"
-        return f"a{a.index}"
-
-    params = (["out"] if out else []) + [f"a{i}" for i in range(n_inputs)]
-    call_args = [ref(a) for a in positional] + [f"{k}={ref(a)}" for k, a in keywords.items()]
-    if out:
-        call_args.append("out=out")
-    call = f"f({', '.join(call_args)})"
-    if returns == "list":
-        call = f"list({call})"
-    fname = "".join(c if c.isalnum() else "_" for c in spelling.rsplit(".", 1)[-1])
-    while fname in namespace or fname in params:
-        fname += "_"
-    src = f"def {fname}({', '.join(params)}):\n    return {call}\n"
-    exec(compile(src, f"<static_runtime binding: {spelling}>", "exec"), namespace)  # noqa: S102
-
-    fn = namespace[fname]
-    if any(a.enum is not None and not a.converted for a in [*positional, *keywords.values()]):
-        return fn  # converts an argument per call: not a plain forward
-
-    def item(a: Arg) -> int | Const:
-        return Const(a.constant) if a.converted else a.index
-
-    return forwards(InlineCall(binding, tuple(item(a) for a in positional),
-                               tuple((k, item(a)) for k, a in keywords.items()),
-                               "out" if out else None, returns == "list"))(fn)
+        return ABSENT
+    return enum_table(kind).get(value, ABSENT)

@@ -9,8 +9,9 @@ name: it holds an ordered list of signature strings, such as
 parser (``torch/csrc/utils/python_arg_parser.cpp``) dispatches to the first signature the
 call's arguments fit, deprecated signatures last.
 
-This module rebuilds those lists with the same torchgen functions the build used
-(``signatures``), and replays the parser's choice (``first_fit``) on *kinds* of values — a
+This module reads those signature strings (``parse_signature``; ``signature_lists`` rebuilds
+the lists with the same torchgen functions the build used), and replays the parser's choice
+(``first_fit``) on *kinds* of values — a
 tensor, an int, a list of ints — rather than on values: three-valued, because whether a
 value fits can depend on more than its kind (a tensor is accepted as a ``Scalar`` when it is
 0-dim). Without torchgen, nothing is known and every question is answered "no binding".
@@ -19,15 +20,8 @@ value fits can depend on more than its kind (a tensor is accepted as a ``Scalar`
 from __future__ import annotations
 
 import enum
-import functools
-import hashlib
-import itertools
-import json
-import os
 import re
-from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 
 
 class Kind(enum.Enum):
@@ -302,227 +296,6 @@ def first_fit(sigs: tuple[PySignature, ...], positional: list[Kinds],
         if fit is Fit.MAYBE:
             return None
     return None
-
-
-# --------------------------------------------------------------------------- the lists
-
-#: Binding namespaces: the module object's attribute path, and torchgen's predicate name.
-NAMESPACES = {
-    "torch": "is_py_torch_function",
-    "nn": "is_py_nn_function",
-    "fft": "is_py_fft_function",
-    "linalg": "is_py_linalg_function",
-    "special": "is_py_special_function",
-    "method": "is_py_variable_method",
-}
-
-
-def _torchgen():
-    """torchgen's modules, or None when they cannot be imported."""
-    try:
-        import torchgen
-        from torchgen.api import python as api_python
-        from torchgen.gen import parse_tags_yaml
-        from torchgen.model import Location, NativeFunction
-        from torchgen.packaged.autograd import gen_python_functions as gpf
-        from torchgen.yaml_utils import YamlLoader
-    except ImportError:
-        return None
-    return {"root": Path(torchgen.__file__).parent, "api_python": api_python,
-            "parse_tags_yaml": parse_tags_yaml, "Location": Location,
-            "NativeFunction": NativeFunction, "gpf": gpf, "YamlLoader": YamlLoader}
-
-
-@functools.cache
-def _yaml_entries() -> tuple[dict, dict[str, list[tuple[int, str]]]] | None:
-    """torchgen, and the text of each ``native_functions.yaml`` entry by operator base name.
-
-    Parsing the whole file into ``NativeFunction``s takes about a second; entries are parsed
-    on demand instead, by name."""
-    tg = _torchgen()
-    if tg is None:
-        return None
-    path = tg["root"] / "packaged" / "ATen" / "native" / "native_functions.yaml"
-    if not path.exists():
-        return None
-    by_name: dict[str, list[tuple[int, str]]] = defaultdict(list)
-    lines = path.read_text().splitlines()
-    starts = [i for i, line in enumerate(lines) if line.startswith("- func:")] + [len(lines)]
-    for a, b in itertools.pairwise(starts):
-        func = lines[a][len("- func:"):].strip()
-        base = re.split(r"[.(]", func, maxsplit=1)[0]
-        by_name[base].append((a + 1, "\n".join(lines[a:b])))
-    return tg, dict(by_name)
-
-
-@functools.cache
-def _valid_tags() -> set[str]:
-    tg, _ = _yaml_entries()
-    return tg["parse_tags_yaml"](str(tg["root"] / "packaged" / "ATen" / "native" / "tags.yaml"))
-
-
-@functools.cache
-def _native_functions(name: str) -> tuple:
-    """The ``NativeFunction``s named ``name`` (all overloads) that get a Python binding."""
-    import yaml
-
-    loaded = _yaml_entries()
-    if loaded is None:
-        return ()
-    tg, by_name = loaded
-    out = []
-    for line, text in by_name.get(name, ()):
-        (entry,) = yaml.load(text, Loader=tg["YamlLoader"])
-        f, _ = tg["NativeFunction"].from_yaml(entry, tg["Location"]("native_functions.yaml",
-                                                                    line), _valid_tags())
-        if tg["gpf"].should_generate_py_binding(f):
-            out.append(f)
-    return tuple(out)
-
-
-@functools.cache
-def _deprecated_pairs(method: bool) -> tuple:
-    """The deprecated signatures (``deprecated.yaml``), for all the names they concern."""
-    import yaml
-
-    tg, _ = _yaml_entries()
-    path = tg["root"] / "packaged" / "autograd" / "deprecated.yaml"
-    names = set()
-    for d in yaml.load(path.read_text(), Loader=tg["YamlLoader"]):
-        aten = d["aten"].split("(", 1)[0]
-        names.add(aten.removesuffix("_out"))
-    pairs = [_pair(f, method) for n in sorted(names) for f in _native_functions(n)]
-    return tuple(tg["gpf"].load_deprecated_signatures(pairs, str(path), method=method,
-                                                      pyi=False))
-
-
-def _pair(f, method: bool):
-    tg, _ = _yaml_entries()
-    api = tg["api_python"]
-    return api.PythonSignatureNativeFunctionPair(
-        signature=api.signature(f, method=method, pyi=False), function=f)
-
-
-@functools.cache
-def signatures(namespace: str, name: str) -> tuple[PySignature, ...]:
-    """The signatures of binding ``name`` in ``namespace`` (a key of ``NAMESPACES``), in the
-    order the parser tries them; empty when there is no such generated binding.
-
-    Read from the on-disk cache (``SignatureCache``) when it has them: building them needs
-    torchgen and PyTorch's yaml files, ~0.15 s the first time in a process."""
-    cache = _disk_cache()
-    rows = cache.get(namespace, name) if cache is not None else None
-    if rows is None:
-        rows = _signature_rows(namespace, name)
-        if cache is not None:
-            cache.put(namespace, name, rows)
-    return tuple(parse_signature(*row) for row in rows)
-
-
-def _signature_rows(namespace: str, name: str) -> list[tuple[str, str, str | None]]:
-    """``(signature string, base name, out-of-place name)`` for ``parse_signature``, in the
-    parser's order: what ``signatures`` is built from (and what the cache holds)."""
-    functions = _native_functions(name)
-    if not functions or any("view_copy" in f.tags for f in functions):
-        # ``view_copy`` operators also get bindings for their generated ``.out`` overloads,
-        # which are not entries of the yaml: their lists would miss signatures.
-        return ()
-    tg, _ = _yaml_entries()
-    gpf = tg["gpf"]
-    pred = getattr(gpf, NAMESPACES[namespace])
-    method = namespace == "method"
-    pairs = [_pair(f, method) for f in functions if pred(f)]
-    if not pairs:
-        return ()
-    pairs += [p for p in _deprecated_pairs(method)
-              if p.signature.name == name and pred(p.function)]
-    groups = gpf.group_overloads(pairs, symint=True)
-    rows = [(g.signature.signature_str(symint=True), str(g.base.func.name),
-             str(g.outplace.func.name) if g.outplace is not None else None) for g in groups]
-    # ``PythonArgParser``'s constructor moves deprecated signatures last (stable partition).
-    deprecated = [row[0].endswith("|deprecated") for row in rows]
-    return ([r for r, d in zip(rows, deprecated) if not d]
-            + [r for r, d in zip(rows, deprecated) if d])
-
-
-class SignatureCache:
-    """The signature rows of the bindings looked up so far, in a JSON file per torch build.
-
-    The file (``signatures-<torch version>-<hash>.json`` under ``$STATIC_RUNTIME_CACHE``, else
-    ``$XDG_CACHE_HOME/static_runtime``, else ``~/.cache/static_runtime``) is named after
-    what the rows depend on: the torch version and the bytes of the yaml files torchgen reads,
-    so another torch never reads it. It holds strings only and is parsed as JSON: reading it
-    runs nothing. A file that does not parse, or holds rows of the wrong shape, is ignored
-    (and rewritten). ``STATIC_RUNTIME_CACHE=off`` turns the cache off."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.rows: dict[str, list] = {}
-        try:
-            loaded = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return
-        if isinstance(loaded, dict) and all(_valid_rows(v) for v in loaded.values()):
-            self.rows = loaded
-
-    def get(self, namespace: str, name: str) -> list[tuple[str, str, str | None]] | None:
-        rows = self.rows.get(f"{namespace}:{name}")
-        return None if rows is None else [tuple(r) for r in rows]
-
-    def put(self, namespace: str, name: str, rows: list) -> None:
-        self.rows[f"{namespace}:{name}"] = [list(r) for r in rows]
-        try:  # written whole and renamed into place: a reader never sees half a file
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(self.rows, sort_keys=True))
-            os.replace(tmp, self.path)
-        except OSError:
-            pass  # a read-only home: the cache stays in memory
-
-
-def _valid_rows(rows) -> bool:
-    return isinstance(rows, list) and all(
-        isinstance(r, list) and len(r) == 3 and isinstance(r[0], str) and isinstance(r[1], str)
-        and (r[2] is None or isinstance(r[2], str)) for r in rows)
-
-
-@functools.cache
-def _disk_cache() -> SignatureCache | None:
-    where = os.environ.get("STATIC_RUNTIME_CACHE")
-    if where == "off":
-        return None
-    if where:
-        folder = Path(where)
-    else:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        folder = Path(base) / "static_runtime"
-    fingerprint = _yaml_fingerprint()
-    if fingerprint is None:
-        return None
-    import torch
-
-    return SignatureCache(folder / f"signatures-{torch.__version__}-{fingerprint}.json")
-
-
-def _yaml_fingerprint() -> str | None:
-    """A hash of the yaml files the signatures are built from (None without torchgen)."""
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("torchgen")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or spec.origin is None:
-        return None
-    root = Path(spec.origin).parent / "packaged"
-    digest = hashlib.sha256()
-    for rel in ("ATen/native/native_functions.yaml", "ATen/native/tags.yaml",
-                "autograd/deprecated.yaml"):
-        try:
-            digest.update((root / rel).read_bytes())
-        except OSError:
-            return None
-    return digest.hexdigest()[:16]
 
 
 def is_dunder(name: str) -> bool:

@@ -1,7 +1,6 @@
 """Fast Python bindings: which binding a node gets, where it keeps ``torch.ops``, and that
 both give the same results (Tensor and Scalar overloads, out variants, errors)."""
 
-import re
 
 import pytest
 import torch
@@ -9,7 +8,6 @@ from differential import assert_same, check
 from op_cases import ts
 
 import static_runtime as sr
-from static_runtime.ops import python_signatures as P
 from static_runtime.ops.registry import Tier, select
 from static_runtime.passes.pipeline import PASS_ORDER
 
@@ -259,63 +257,3 @@ def test_list_results_are_lists():
 
 
 # --------------------------------------------------------------------------- the replay
-
-
-def _names(text: str) -> list[str]:
-    parts = text.split(", ") if text else []
-    return ["*" if p == "*" else p.split(" = ")[0].split(" ")[-1] for p in parts]
-
-
-def test_signature_lists_match_the_compiled_bindings():
-    """For every binding with several signatures (deprecated ones, which the parser tries
-    last, aside), the list rebuilt from torchgen is the one the compiled parser holds: same
-    order, same parameter names (its error message lists the non-deprecated signatures in
-    the order it tries them)."""
-    modules = {"torch": VF, "nn": torch._C._nn, "fft": torch._C._fft,
-               "linalg": torch._C._linalg, "special": torch._C._special, "method": TB}
-    _, by_name = P._yaml_entries()
-    checked = 0
-    for name in sorted(by_name):
-        if P.is_dunder(name):
-            continue
-        for ns, module in modules.items():
-            sigs = P.signatures(ns, name)
-            if sum(not s.deprecated for s in sigs) < 2:
-                continue
-            binding = getattr(module, name)
-            # more arguments than any signature takes: the message lists them all
-            junk = {f"not_a_parameter_{i}": 1 for i in range(40)}
-            with pytest.raises(TypeError) as info:
-                if ns == "method":
-                    binding(torch.empty(0), object(), **junk)
-                else:
-                    binding(object(), **junk)
-            listed = re.findall(r"^ \* \((.*)\)$", str(info.value), re.MULTILINE)
-            ours = []
-            for sig in sigs:
-                if sig.deprecated:
-                    continue
-                names, kw = [], False
-                for p in sig.params:
-                    if p.kw_only and not kw:
-                        names.append("*")
-                        kw = True
-                    names.append(p.name)
-                ours.append(names)
-            assert ours == [_names(t) for t in listed], f"{ns}.{name}"
-            checked += 1
-    assert checked > 200
-
-
-def test_replay_of_tensor_and_scalar_parameters():
-    T, N = frozenset({P.Kind.TENSOR}), P.NUMBERS
-    sigs = P.signatures("torch", "pow")
-    # pow(Tensor, Tensor) first: a number exponent does not fit it, pow(Tensor, Scalar) does
-    assert P.first_fit(sigs, [T, N], {}).base == "pow.Tensor_Scalar"
-    assert P.first_fit(sigs, [T, T], {}).base == "pow.Tensor_Tensor"
-    # add takes numbers as tensors: add(Tensor, number) is the .Tensor signature
-    assert P.first_fit(P.signatures("torch", "add"), [T, N], {}).base == "add.Tensor"
-    # eq does not: a number goes to eq.Scalar
-    assert P.first_fit(P.signatures("torch", "eq"), [T, N], {}).base == "eq.Scalar"
-    # a value that may be a tensor or None for clamp's first signature: no decision
-    assert P.first_fit(P.signatures("torch", "clamp"), [T, N | {P.Kind.NONE}], {}) is None

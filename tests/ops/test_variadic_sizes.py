@@ -7,8 +7,6 @@ from differential import check
 from op_cases import Inputs, case, ts
 
 import static_runtime as sr
-from static_runtime.ops import python_signatures as P
-from static_runtime.ops.python_signatures import Fit, Kind
 
 I = Inputs(12)
 randn = I.randn
@@ -81,12 +79,3 @@ def test_list_with_another_reader_is_built():
         return x.view(s)
         """)
     assert "= [" in _code(fn, specialize_signature=False)
-
-
-def test_parser_reads_ints_as_the_list_only_for_a_lone_unsized_list():
-    view = P.signatures("method", "view")
-    ints = [frozenset({Kind.INT})] * 3
-    assert P.first_fit(view, ints, {}).text.startswith("view(SymIntArrayRef")
-    # ``torch.reshape(input, shape)`` has two positional parameters: no varargs reading.
-    (reshape,) = P.signatures("torch", "reshape")
-    assert P.parse_fit(reshape, [frozenset({Kind.TENSOR})] + ints, {}) is Fit.NO

@@ -22,7 +22,7 @@ reaches the same ATen call, with constants converted once:
   attribute or method itself. ``prim::dtype``/``prim::layout`` return TorchScript's ints.
 
 ScalarType, Layout and MemoryFormat values that are not constants are TorchScript's ints
-(what ``prim::dtype`` returns): converted through ``bindings.enum_list``.
+(what ``prim::dtype`` returns): converted through ``enums.enum_list``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from static_runtime.ir.graph import Node, Value
-from static_runtime.ops import bindings
+from static_runtime.ops import enums
 from static_runtime.ops.python_signatures import Kind
 from static_runtime.ops.registry import labelled, register_native
 
@@ -65,7 +65,7 @@ def _enum(kind: Kind, v: Value) -> Any:
     if isinstance(value, (torch.dtype, torch.layout, torch.memory_format)):
         return value
     if type(value) is int:
-        return bindings._enum_table(kind).get(value, _ABSENT)
+        return enums.enum_table(kind).get(value, _ABSENT)
     return _ABSENT
 
 
@@ -100,7 +100,7 @@ def _device(node: Node):
 def _dtype(node: Node):
     if node.schema != schema_of("prim::dtype"):
         return None
-    codes = {obj: code for code, obj in bindings._enum_table(Kind.DTYPE).items()}
+    codes = {obj: code for code, obj in enums.enum_table(Kind.DTYPE).items()}
     if not codes:
         return None
     return labelled("TorchScript's int of x.dtype")(lambda x: codes[x.dtype])
@@ -110,7 +110,7 @@ def _dtype(node: Node):
 def _layout(node: Node):
     if node.schema != schema_of("prim::layout"):
         return None
-    codes = {obj: code for code, obj in bindings._enum_table(Kind.LAYOUT).items()}
+    codes = {obj: code for code, obj in enums.enum_table(Kind.LAYOUT).items()}
     if not codes:
         return None
     return labelled("TorchScript's int of x.layout")(lambda x: codes[x.layout])
@@ -154,7 +154,7 @@ def _contiguous(node: Node, overload: str):
     if fmt is not _ABSENT and fmt is not None:
         return labelled(f"Tensor.contiguous(x, memory_format={fmt})")(
             lambda x, _fmt: contiguous(x, memory_format=fmt))
-    formats = bindings._enum_list(Kind.MEMORY_FORMAT)
+    formats = enums.enum_list(Kind.MEMORY_FORMAT)
     return labelled("Tensor.contiguous(x, memory_format=)")(
         lambda x, f: contiguous(x, memory_format=formats[f]))
 
@@ -177,7 +177,7 @@ class _Call:
         v = self.node.inputs[index]
         value = _enum(kind, v) if kind is not None else _const(v)
         if value is _ABSENT:
-            if kind is not None and not bindings._int_enum(v.type):
+            if kind is not None and not enums.int_enum(v.type):
                 return False
             self.dynamic.append((name, index, kind))
         elif value != default or type(value) is not type(default):
@@ -204,7 +204,7 @@ class _Call:
                 return labelled(label)(
                     lambda x, *_: x if x.dtype is dtype else to(x, dtype=dtype))
             return labelled(label)(lambda x, *_: to(x, **fixed))
-        dynamic = [(name, index, bindings._enum_list(kind) if kind is not None else None)
+        dynamic = [(name, index, enums.enum_list(kind) if kind is not None else None)
                    for name, index, kind in self.dynamic]
         positional = self.positional
 

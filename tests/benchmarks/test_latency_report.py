@@ -8,7 +8,8 @@ import math
 
 import pytest
 
-from benchmarks.latency import ZOO_PEERS, _print_zoo_tables, _zoo_ratios
+from benchmarks.latency_cases import ZOO_PEERS
+from benchmarks.latency_report import print_zoo_tables, zoo_ratios
 
 
 def _row(model: str, batch: int, **medians: float | None) -> dict:
@@ -32,13 +33,13 @@ ROWS = [
 
 
 def test_ratios_of_a_case():
-    vs_cpp, vs_best, vs_ort = _zoo_ratios(ROWS[0])
+    vs_cpp, vs_best, vs_ort = zoo_ratios(ROWS[0])
     assert (vs_cpp, vs_best, vs_ort) == pytest.approx((20 / 30, 20 / 30, 2.0))
-    assert _zoo_ratios(ROWS[2])[2] is None  # ORT refused
+    assert zoo_ratios(ROWS[2])[2] is None  # ORT refused
 
 
 def test_summary_has_ours_over_ort_geomeans(capsys):
-    summary = _print_zoo_tables(ROWS, ZOO_PEERS, repeats=3, threads=1)
+    summary = print_zoo_tables(ROWS, ZOO_PEERS, repeats=3, threads=1)
     assert summary["cases_ort_all"] == 2
     assert summary["geomean_ours_over_ort_all"] == pytest.approx(math.sqrt(2.0 * 0.8))
     assert summary["geomean_ours_over_ort_batch_1"] == pytest.approx(2.0)
@@ -50,6 +51,6 @@ def test_summary_has_ours_over_ort_geomeans(capsys):
 
 def test_no_ort_column_without_ort_among_the_peers(capsys):
     peers = tuple(p for p in ZOO_PEERS if p != "onnxruntime")
-    summary = _print_zoo_tables(ROWS, peers, repeats=3, threads=1)
+    summary = print_zoo_tables(ROWS, peers, repeats=3, threads=1)
     assert "geomean_ours_over_ort_all" not in summary
     assert "ours÷ORT" not in capsys.readouterr().out
