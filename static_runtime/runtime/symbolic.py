@@ -249,6 +249,7 @@ def build_program(plan: ExecutionPlan, example: list[Any], checks: Any = None,
 
     env = ShapeEnv(duck_shape=False, specialize_zero_one=False)
     mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=False)
+    mode.cache_enabled = False  # (FakeTensorMode.cache is one dict for every thread)
     values: list[Any] = [None] * plan.n_slots
     placeholders, positions = [], []
     # (no ``warnings.catch_warnings``: this runs on a background thread, and that context
