@@ -15,6 +15,7 @@ call of the signature after it is ready takes it. A model called at one shape is
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 import weakref
 from collections import Counter, deque
@@ -100,6 +101,28 @@ class BackgroundBuilder:
             with self._lock:
                 if not self._pending:
                     return
+
+
+def yield_to_requests() -> Callable[[], None]:
+    """What a long build calls between steps: on a builder's thread, a pause that lets a
+    thread waiting for the GIL (a request) run now rather than after Python's switch
+    interval (5 ms), so a build costs a request at most one step; on any other thread
+    (a build a request waits for) nothing."""
+    if threading.current_thread().name.startswith(_BUILDER_PREFIXES):
+        return _pause
+    return _nothing
+
+
+def _pause() -> None:
+    time.sleep(0)
+
+
+def _nothing() -> None:
+    pass
+
+
+#: the names of builders' threads start with one of these (``BackgroundBuilder``)
+_BUILDER_PREFIXES = ("static_runtime-",)
 
 
 #: Every live builder, for ``wait_for_builds``.

@@ -76,6 +76,7 @@ from static_runtime.runtime.facts import (
     tensor_fact,
     value_fact,
 )
+from static_runtime.runtime.hot import yield_to_requests
 from static_runtime.runtime.liveness import Liveness
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
 
@@ -194,8 +195,10 @@ class _Run:
                 self.folded.add(slot)
 
     def block(self, block: ProcessedBlock) -> None:
+        pause = yield_to_requests()
         for pn in block.nodes:
             self.node(pn)
+            pause()
 
     def node(self, pn: ProcessedNode) -> None:
         if pn.control is Control.FORK:

@@ -11,6 +11,7 @@ import torch
 from static_runtime.ir import types as T
 from static_runtime.ops import schema as S
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
+from static_runtime.runtime.hot import yield_to_requests
 from static_runtime.runtime.plan import Control, ProcessedBlock, ProcessedNode
 from static_runtime.runtime.specialize import meta_callable
 
@@ -78,9 +79,11 @@ class Runner:
         self.signature_only: set[int] = set(inputs)
 
     def block(self, block: ProcessedBlock) -> None:
+        pause = yield_to_requests()
         for pn in block.nodes:
             self.where = pn.where()
             self.node(pn)
+            pause()
 
     def node(self, pn: ProcessedNode) -> None:
         values = self.values
