@@ -2,24 +2,10 @@
 other loops a counting ``while``, ``if``/``else``; the same results as TorchScript."""
 
 import torch
+from codegen_cases import LOOPY
 from differential import assert_same, script
 
 import static_runtime as sr
-
-LOOPY = """
-def f(x: torch.Tensor, n: int, flag: bool):
-    acc = torch.zeros_like(x)
-    for i in range(n):
-        if flag:
-            acc = acc + torch.relu(x) * i
-        else:
-            acc = acc - x
-    k = 0
-    while k < 3:
-        acc = torch.tanh(acc)
-        k += 1
-    return acc, [acc.sum(), x]
-"""
 
 
 def test_code_is_shown_with_a_header_and_control_flow():

@@ -5,27 +5,13 @@ import traceback
 
 import pytest
 import torch
+from codegen_cases import LOOPY
 from differential import assert_same, script
 
 import static_runtime as sr
 from static_runtime.models import MODELS
 from static_runtime.runtime.codegen import CodegenExecutor
 from static_runtime.runtime.interpreter import Interpreter
-
-LOOPY = """
-def f(x: torch.Tensor, n: int, flag: bool):
-    acc = torch.zeros_like(x)
-    for i in range(n):
-        if flag:
-            acc = acc + torch.relu(x) * i
-        else:
-            acc = acc - x
-    k = 0
-    while k < 3:
-        acc = torch.tanh(acc)
-        k += 1
-    return acc, [acc.sum(), x]
-"""
 
 
 def test_executor_option_selects_the_executor():

@@ -4,25 +4,11 @@
 import linecache
 
 import torch
+from codegen_cases import LOOPY
 from differential import script
 
 import static_runtime as sr
 from static_runtime.runtime.codegen import generate, stamp_layout
-
-LOOPY = """
-def f(x: torch.Tensor, n: int, flag: bool):
-    acc = torch.zeros_like(x)
-    for i in range(n):
-        if flag:
-            acc = acc + torch.relu(x) * i
-        else:
-            acc = acc - x
-    k = 0
-    while k < 3:
-        acc = torch.tanh(acc)
-        k += 1
-    return acc, [acc.sum(), x]
-"""
 
 
 def test_generated_source_is_in_linecache_for_debuggers():
