@@ -69,7 +69,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,6 +77,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/traffic.py`: the zoo is impo
 
 import static_runtime as sr
 from benchmarks.traffic_report import print_workload
+from benchmarks.traffic_stats import percentile, size_ratios, summary
 from benchmarks.traffic_workloads import WORKLOADS, Workload
 from static_runtime.compare.agreement import _agree, _max_abs_error
 from static_runtime.compare.onnx_peer import _ort_caller
@@ -88,35 +88,6 @@ PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime", "stati
          "static_runtime_export", "static_runtime_cache8")
 OURS = ("static_runtime", "static_runtime_export", "static_runtime_cache8")
 RESULTS = Path(__file__).parent / "results"
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def percentile(samples: list[float], q: float) -> float:
-    """The ``q``-th percentile (0…100) of ``samples``, linear between closest ranks (NumPy's
-    default)."""
-    if not samples:
-        return float("nan")
-    return float(np.percentile(np.asarray(samples, dtype=np.float64), q))
-
-
-def summary(samples_us: list[float]) -> dict[str, float]:
-    """Mean, p50 and p99 of per-call µs."""
-    return {"mean": statistics.fmean(samples_us), "p50": percentile(samples_us, 50),
-            "p99": percentile(samples_us, 99)}
-
-
-def size_ratios(trace: list, replays: list[list[float]]) -> list[list[float]]:
-    """Each call's time over the median time of calls of its size (over all replays), per
-    replay: what is left of the p99 once the mix of sizes is taken out — a trace mixing
-    length 8 and 256 has p99 ≫ p50 on any runtime."""
-    by_size: dict[Any, list[float]] = {}
-    for times in replays:
-        for size, t in zip(trace, times):
-            by_size.setdefault(size, []).append(t)
-    typical = {size: statistics.median(ts) for size, ts in by_size.items()}
-    return [[t / typical[size] for size, t in zip(trace, times)] for times in replays]
 
 
 # --------------------------------------------------------------------------- peers

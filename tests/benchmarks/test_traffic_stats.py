@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.traffic import percentile, size_ratios, summary
+from benchmarks.traffic_stats import percentile, size_ratios, summary
 
 
 def test_percentile_and_summary():
