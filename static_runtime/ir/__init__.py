@@ -1,4 +1,5 @@
-"""The SSA IR: graphs, their types, their canonical text form, and a verifier."""
+"""The SSA IR: graphs, their types, the facts of the operator schemas their nodes carry
+(``schema``), their canonical text form, and a verifier."""
 
 from static_runtime.ir import types
 from static_runtime.ir.graph import Argument, Block, Graph, Node, Signature, Use, Value

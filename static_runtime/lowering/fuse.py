@@ -35,7 +35,7 @@ import torch
 
 from static_runtime.frontend import FrontendError
 from static_runtime.frontend.torchscript import import_graph
-from static_runtime.ops import schema as S
+from static_runtime.ir import schema as S
 from static_runtime.ops.registry import UnsupportedOperatorError, select
 from static_runtime.runtime.module import StaticModule
 from static_runtime.runtime.options import StaticModuleOptions

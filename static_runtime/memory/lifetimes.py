@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import torch
 
+from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import RETURN, Graph, Node, Value
-from static_runtime.ops import schema as S
 from static_runtime.passes.alias import AliasDb
 
 

@@ -49,10 +49,10 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
 from static_runtime.ops import python_signatures as P
-from static_runtime.ops import schema as S
 from static_runtime.ops import signature_lists
 from static_runtime.ops.binding_calls import (
     ABSENT,

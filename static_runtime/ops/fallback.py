@@ -21,10 +21,10 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
 from static_runtime.ops import bindings
-from static_runtime.ops import schema as S
 from static_runtime.ops.registry import labelled
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import schema as S
 from static_runtime.ir.graph import Node
 from static_runtime.ops import bindings
-from static_runtime.ops import schema as S
 from static_runtime.ops.fallback import bind_overload
 from static_runtime.ops.registry import labelled, register_out_variant
 

@@ -13,8 +13,8 @@ raises in ATen, which the alpha-less call would not. ``torch.add(a, b)`` and
 
 from __future__ import annotations
 
+from static_runtime.ir import schema as S
 from static_runtime.ir.graph import Graph, Node
-from static_runtime.ops import schema as S
 from static_runtime.ops.native.specialized import SPECIALIZED_SCHEMAS
 from static_runtime.passes.constant_propagation import constant_value
 

@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Graph, Node, Value
-from static_runtime.ops import schema as S
 from static_runtime.passes.alias import PRIM_RULES, AliasDb, is_mutable
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 

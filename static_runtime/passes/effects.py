@@ -9,8 +9,8 @@ explicit list of kinds.
 
 from __future__ import annotations
 
+from static_runtime.ir import schema as S
 from static_runtime.ir.graph import Node
-from static_runtime.ops import schema as S
 from static_runtime.passes.alias import PRIM_RULES, Rule
 
 #: Nodes that act on the world (raise, print, call out, record) whatever their outputs.

@@ -40,9 +40,9 @@ import functools
 
 import torch
 
+from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Graph, Node, Value
-from static_runtime.ops import schema as S
 from static_runtime.passes.alias import AliasDb
 from static_runtime.passes.effects import is_nondeterministic
 

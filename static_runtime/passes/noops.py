@@ -23,8 +23,8 @@ Not no-ops, left alone: ``aten::contiguous`` (may copy, and the copy's strides d
 
 from __future__ import annotations
 
+from static_runtime.ir import schema as S
 from static_runtime.ir.graph import Graph, Node, Value
-from static_runtime.ops import schema as S
 from static_runtime.passes.alias import AliasDb
 from static_runtime.passes.constant_propagation import constant_value
 

@@ -14,8 +14,8 @@ themselves do not matter, the variadic node reads the same tensors). The
 
 from __future__ import annotations
 
+from static_runtime.ir import schema as S
 from static_runtime.ir.graph import Graph, Node
-from static_runtime.ops import schema as S
 from static_runtime.passes.alias import AliasDb
 
 #: Functional schema → the variadic kind replacing it.

@@ -40,9 +40,9 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import schema as S
 from static_runtime.memory.arena import TensorSpec, materialize, observe
 from static_runtime.memory.planner import DEFAULT_ALIGNMENT
-from static_runtime.ops import schema as S
 from static_runtime.runtime.plan import ProcessedNode
 
 

@@ -42,9 +42,9 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
-from static_runtime.ops import schema as S
 from static_runtime.passes.alias import AliasDb
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedNode

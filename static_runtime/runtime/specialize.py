@@ -54,9 +54,9 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
-from static_runtime.ops import schema as S
 from static_runtime.ops.fallback import bind_overload
 from static_runtime.passes.alias import TENSOR, AliasDb, shallow_families
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic

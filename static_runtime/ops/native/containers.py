@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import operator
 
+from static_runtime.ir import schema as S
 from static_runtime.ir.graph import Node
-from static_runtime.ops import schema as S
 from static_runtime.ops.registry import register_native
 
 

@@ -46,9 +46,9 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import SUBGRAPH, Graph, Node
-from static_runtime.ops import schema as S
 from static_runtime.ops.inductor import CompileRefused, compile_graph
 from static_runtime.ops.registry import register_native
 

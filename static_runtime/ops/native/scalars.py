@@ -27,8 +27,8 @@ import math
 import operator
 from collections.abc import Callable
 
+from static_runtime.ir import schema as S
 from static_runtime.ir.graph import Node
-from static_runtime.ops import schema as S
 from static_runtime.ops.registry import register_native
 
 _INT_TYPES = {"int", "bool"}

@@ -56,9 +56,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Block, Graph, Node, Value
-from static_runtime.ops import schema as S
 from static_runtime.passes.alias.families import (
     element_families,
     is_container_type,

@@ -8,7 +8,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
-from static_runtime.ops import schema as S
+from static_runtime.ir import schema as S
 from static_runtime.ops.registry import Const as InlineConst
 from static_runtime.ops.registry import Tier, inline_call
 from static_runtime.runtime.codegen.names import literal
