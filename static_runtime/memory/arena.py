@@ -15,7 +15,6 @@ allocating call for that value.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -83,13 +82,6 @@ class ArenaLayout:
     @property
     def arena_bytes(self) -> int:
         return self.plan.arena_bytes
-
-    @functools.cached_property
-    def frame(self) -> tuple:
-        """Where each arena value lives and as what: two layouts with the same frame differ
-        only in shapes (one arena serves both without growing)."""
-        return (self.plan.arena_bytes, self.unmanaged,
-                tuple((s.slot, s.dtype, s.offset, s.region) for s in self.specs))
 
 
 @dataclass(frozen=True)
@@ -199,9 +191,8 @@ def refit(base: ArenaLayout, slots: Sequence[int], dtypes: Sequence[torch.dtype]
     """``base`` with each managed value's dtype, shape and strides replaced (``slots[i]``
     becomes a ``dtypes[i]`` tensor of ``sizes[i] = (shape, strides or None for row-major)``;
     every value ``base`` places must be among them, arena and outputs), if every value fits
-    the region ``base`` reserved for it; else None. The plan object is ``base``'s own: a
-    runtime switching between two such layouts keeps its tensors' places
-    (``Interpreter.install``)."""
+    the region ``base`` reserved for it; else None. The plan is ``base``'s own: the same
+    offsets and arena size, no planner run; ``program`` is what laid it out."""
     by_slot = {slot: (dtype, size) for slot, dtype, size in zip(slots, dtypes, sizes)}
     specs = []
     prod = math.prod
@@ -226,17 +217,6 @@ def refit(base: ArenaLayout, slots: Sequence[int], dtypes: Sequence[torch.dtype]
         offset += align(nbytes, DEFAULT_ALIGNMENT)
     return ArenaLayout(base.plan, tuple(specs), base.unmanaged, tuple(outputs), offset, True,
                        program)
-
-
-def refit_layout(base: ArenaLayout, layout: ArenaLayout) -> ArenaLayout | None:
-    """``layout``'s sizes in ``base``'s places (``refit``), if it has the same values and
-    they fit; else None."""
-    if (layout.unmanaged != base.unmanaged or len(layout.specs) != len(base.specs)
-            or not layout.checked):
-        return None
-    specs = (*layout.specs, *layout.outputs)
-    return refit(base, [s.slot for s in specs], [s.dtype for s in specs],
-                 [(s.shape, s.strides) for s in specs], layout.program)
 
 
 _ELEMENT_SIZES: dict[torch.dtype, int] = {}

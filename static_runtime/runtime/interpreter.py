@@ -23,7 +23,6 @@ from static_runtime.memory.arena import (
     materialize,
     observe,
     owning_view,
-    refit_layout,
 )
 from static_runtime.memory.cache import LayoutCache, signature, structure
 from static_runtime.memory.lifetimes import Lifetimes
@@ -193,16 +192,6 @@ class Interpreter:
         memory = self.memory
         layout = memory.layouts.get(key)
         if layout is not None:
-            current = self.layout
-            if current is not None and current.frame != layout.frame:
-                # planned before the structure's regions last grew: its sizes in the
-                # current places, so that switching to it reshapes instead of rebuilding
-                largest = memory.largest.get(structure(key))
-                if largest is not None and largest.frame != layout.frame:
-                    moved = refit_layout(largest, layout)
-                    if moved is not None:
-                        memory.layouts.put(key, moved)
-                        layout = moved
             self.install(layout)
             self._verifying = self._checks is not None and not self._checks.layout_checked(
                 layout)
