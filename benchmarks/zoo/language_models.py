@@ -33,6 +33,18 @@ def _rotate_half(x: Tensor) -> Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _rotary_buffers(module: nn.Module, head_dim: int, max_len: int,
+                    theta: float = 10000.0) -> None:
+    """The rotary embedding's cos and sin tables and the causal mask, as buffers (not saved)."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
+    angles = torch.outer(torch.arange(max_len).float(), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)
+    module.register_buffer("cos", angles.cos(), persistent=False)
+    module.register_buffer("sin", angles.sin(), persistent=False)
+    module.register_buffer("mask", torch.full((max_len, max_len), float("-inf")).triu(1),
+                           persistent=False)
+
+
 class GroupedQueryAttention(nn.Module):
     """Causal self-attention with ``heads`` query heads sharing ``kv_heads`` key-value heads;
     rotary embeddings on queries and keys."""
@@ -101,14 +113,7 @@ class LlamaStyle(nn.Module):
                                      for _ in range(layers)])
         self.norm = RMSNorm(dim)
         self.output = nn.Linear(dim, VOCAB, bias=False)
-        head_dim = dim // heads
-        inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2).float() / head_dim)
-        angles = torch.outer(torch.arange(max_len).float(), inv_freq)
-        angles = torch.cat((angles, angles), dim=-1)
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
-        self.register_buffer("mask", torch.full((max_len, max_len), float("-inf")).triu(1),
-                             persistent=False)
+        _rotary_buffers(self, dim // heads, max_len, theta)
 
     def forward(self, tokens: Tensor) -> Tensor:
         t = tokens.size(1)
@@ -158,14 +163,7 @@ class MoEEncoder(nn.Module):
         self.moe_norms = nn.ModuleList([RMSNorm(dim) for _ in range(layers)])
         self.moes = nn.ModuleList([SparseMoE(dim, 2 * dim, experts, 2) for _ in range(layers)])
         self.head = nn.Linear(dim, classes)
-        head_dim = dim // 4
-        angles = torch.outer(torch.arange(max_len).float(),
-                             1.0 / 10000.0 ** (torch.arange(0, head_dim, 2).float() / head_dim))
-        angles = torch.cat((angles, angles), dim=-1)
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
-        self.register_buffer("mask", torch.full((max_len, max_len), float("-inf")).triu(1),
-                             persistent=False)
+        _rotary_buffers(self, dim // 4, max_len)
 
     def forward(self, tokens: Tensor) -> Tensor:
         t = tokens.size(1)

@@ -19,7 +19,7 @@ from static_runtime.ir import schema as S
 from static_runtime.ir.graph import Node
 from static_runtime.ops import bindings
 from static_runtime.ops.fallback import bind_overload
-from static_runtime.ops.registry import labelled, register_out_variant
+from static_runtime.ops.registry import FLAT_VIEWS, labelled, register_out_variant
 
 OutPair = tuple[Callable[..., Any], Callable[..., Any]]
 
@@ -126,7 +126,7 @@ def _embedding(node: Node) -> OutPair | None:
     #: id of an out tensor → (out, its (rows, d) view, the weight's shape and the indices'
     #: shape that fill it): the arena hands the same tensor on every call of a layout, so
     #: the view is made once per layout (and runtime) and a call checks only its arguments'
-    #: shapes (see ``selection._linear``; at most 1024 kept)
+    #: shapes (see ``selection._linear``; at most ``FLAT_VIEWS`` kept)
     flat_out: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Size, torch.Size]] = {}
 
     @labelled("torch.embedding")
@@ -142,7 +142,7 @@ def _embedding(node: Node) -> OutPair | None:
             if d == 0 or out.shape != (*indices.shape, d):
                 return None
             cached = (out, out.view(-1, d), weight.shape, indices.shape)
-            if len(flat_out) >= 1024:
+            if len(flat_out) >= FLAT_VIEWS:
                 flat_out.clear()
             flat_out[id(out)] = cached
         # (index_select would shrink a view too large for its result without a word)

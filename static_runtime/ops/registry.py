@@ -24,6 +24,10 @@ import torch
 
 from static_runtime.ir.graph import Node
 
+#: the most out tensors' flattened views one operator's implementation keeps (the arena hands
+#: the same out tensor on every call of a layout: ``selection._linear``, ``out_variants``)
+FLAT_VIEWS = 1024
+
 
 class Tier(enum.Enum):
     OUT = "out variant"

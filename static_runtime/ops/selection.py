@@ -35,12 +35,9 @@ import torch
 
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node, Value
-from static_runtime.ops.registry import labelled, register_out_variant
+from static_runtime.ops.registry import FLAT_VIEWS, labelled, register_out_variant
 
 _LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"
-
-#: the most out tensors' flattened views one operator keeps (``_linear``'s ``flat``)
-_FLAT_VIEWS = 1024
 
 
 def constant_value(v: Value) -> Any:
@@ -84,7 +81,7 @@ def _linear(node: Node):
             return None
         rows = out.numel() // n
         cached = (out, out.view(rows, n), torch.Size((*out.shape[:-1], k)), rows)
-        if len(flat_out) >= _FLAT_VIEWS:
+        if len(flat_out) >= FLAT_VIEWS:
             flat_out.clear()
         flat_out[id(out)] = cached
         return cached if x.shape == cached[2] and x.is_contiguous() else None

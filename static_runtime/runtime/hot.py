@@ -78,6 +78,7 @@ class BackgroundBuilder:
                 self._pending.discard(key)
 
     def _run(self, key: Hashable, build: Callable[[], object]) -> None:
+        _ON_BUILDER.active = True  # (the pool's one thread: it only ever runs builds)
         try:
             build()
         except Exception as e:  # noqa: BLE001  (reported; the generic code goes on serving)
@@ -108,9 +109,7 @@ def yield_to_requests() -> Callable[[], None]:
     thread waiting for the GIL (a request) run now rather than after Python's switch
     interval (5 ms), so a build costs a request at most one step; on any other thread
     (a build a request waits for) nothing."""
-    if threading.current_thread().name.startswith(_BUILDER_PREFIXES):
-        return _pause
-    return _nothing
+    return _pause if getattr(_ON_BUILDER, "active", False) else _nothing
 
 
 def _pause() -> None:
@@ -121,8 +120,8 @@ def _nothing() -> None:
     pass
 
 
-#: the names of builders' threads start with one of these (``BackgroundBuilder``)
-_BUILDER_PREFIXES = ("static_runtime-",)
+#: ``active`` on the threads that run ``BackgroundBuilder`` builds
+_ON_BUILDER = threading.local()
 
 
 #: Every live builder, for ``wait_for_builds``.
