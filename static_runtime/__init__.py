@@ -13,11 +13,11 @@ from static_runtime.runtime.checks import OutVariantWarning
 from static_runtime.runtime.metrics import IndividualMetrics
 from static_runtime.runtime.module import StaticModule, StaticRuntime, prepare
 from static_runtime.runtime.options import StaticModuleOptions
-from static_runtime.runtime.serialize import PreparedFileError, UnsaveableValueError, load
+from static_runtime.runtime.serialize import VERSION, PreparedFileError, UnsaveableValueError, load
 
 __all__ = [
     "ArgumentError", "FrontendError", "IndividualMetrics", "StaticModule",
     "StaticModuleOptions", "StaticRuntime", "Tier", "UnsupportedOperatorError", "prepare",
 ]
+__version__ = VERSION
 __all__ += ["OutVariantWarning", "PreparedFileError", "UnsaveableValueError", "fuse_to_static_runtime", "load"]
-__version__ = "0.1.0"

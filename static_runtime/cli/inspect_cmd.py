@@ -27,6 +27,7 @@ from static_runtime.frontend import import_model
 from static_runtime.frontend.export import is_pt2
 from static_runtime.ir.graph import Graph
 from static_runtime.ir.verifier import verify
+from static_runtime.ops.registry import evaluator
 from static_runtime.passes.pipeline import run_passes
 
 
@@ -64,8 +65,8 @@ def pass_report(model: Any, options: sr.StaticModuleOptions) -> tuple[int, list[
             added=dict(sorted((after - before).items()))))
         state["kinds"] = after
 
-    run_passes(graph, options.passes_enabled(), verify_each=options.verify_passes,
-               observer=observe)
+    run_passes(graph, options.passes_enabled(), evaluate=evaluator,
+               verify_each=options.verify_passes, observer=observe)
     return imported, records
 
 

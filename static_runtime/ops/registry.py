@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from static_runtime.ir import own_ops
 from static_runtime.ir.graph import Node
 
 #: the most out tensors' flattened views one operator's implementation keeps (the arena hands
@@ -219,6 +220,17 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     raise UnsupportedOperatorError(node, reason)
 
 
+def evaluator(node: Node) -> Callable[..., Any] | None:
+    """The callable ``select`` chooses for ``node`` when its result is returned, not written
+    into a given tensor, or None if nothing claims it: how constant propagation
+    (``passes.constant_propagation.NodeEvaluator``) runs a node on constants, so that a fold
+    computes what the run would."""
+    try:
+        return select(node).fn
+    except UnsupportedOperatorError:
+        return None
+
+
 def _spread(node: Node) -> Any:
     """The spread form of the first int-list input built by a ``prim::ListConstruct`` of
     ints, if a binding provably takes it (``bindings.bind_spread``)."""
@@ -266,21 +278,20 @@ def labelled(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return deco
 
 
-#: Keeps the operator definitions of ``define_torch_ops`` alive (dropping a Library object
+#: Keeps the implementations of ``implement_torch_ops`` alive (dropping a Library object
 #: deregisters them).
 _LIBRARIES: list[torch.library.Library] = []
 
 
-def define_torch_ops(definitions: Iterable[tuple[str, Callable[..., Any]]]) -> None:
-    """Define operators graph preparation introduces as PyTorch operators too — ``(schema,
-    composite implementation)`` pairs in the ``static_runtime`` namespace — so that a printed
-    graph parses back to their schemas and the fallback tier could run them. Operators
-    already defined (a module imported under another name) are left as they are."""
-    lib = torch.library.Library("static_runtime", "FRAGMENT")
-    for schema, impl in definitions:
-        name = schema.split("::", 1)[1].split("(", 1)[0]
-        if hasattr(torch.ops.static_runtime, name):
+def implement_torch_ops(implementations: Iterable[tuple[str, Callable[..., Any]]]) -> None:
+    """Give the operators graph preparation introduces (declared by ``ir/own_ops.py``) their
+    meaning as PyTorch operators: ``(schema, composite implementation)`` pairs, the unfused
+    operators each one replaces, so the fallback tier could run them. An operator that already
+    has one (this module imported under another name) keeps it."""
+    lib = torch.library.Library("static_runtime", "IMPL")
+    for schema, impl in implementations:
+        name = own_ops.qualified_name(schema)
+        if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
             continue
-        lib.define(schema.split("::", 1)[1])
-        lib.impl(name, impl, "CompositeExplicitAutograd")
+        lib.impl(name.split("::", 1)[1], impl, "CompositeExplicitAutograd")
     _LIBRARIES.append(lib)

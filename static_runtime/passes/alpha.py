@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from static_runtime.ir import schema as S
 from static_runtime.ir.graph import Graph, Node
-from static_runtime.ops.native.specialized import SPECIALIZED_SCHEMAS
+from static_runtime.ir.own_ops import SPECIALIZED_SCHEMAS
 from static_runtime.passes.constant_propagation import constant_value
 
 #: Schema of the rewritable node → the overload replacing it.

@@ -3,7 +3,8 @@
 Folded, until nothing changes:
 
 * a node whose inputs are all constants, none of them ever written, run once with the
-  operator registry (the same implementation the runtime would use), when it is safe to run
+  operator registry's implementation (the one the run would use; ``run_passes`` is handed it
+  as ``evaluate``, since ``ops/`` comes after this stage), when it is safe to run
   early and to share:
   - it has no side effects, is deterministic (``effects``) and has no blocks;
   - its schema says it writes nothing (a schema-less node only if it is a structural prim:
@@ -29,6 +30,7 @@ Folded, until nothing changes:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -52,15 +54,23 @@ FOLDABLE_PRIMS = frozenset({
 _UNCERTAIN = (T.OptionalType, T.UnionType, T.OpaqueType, T.ClassType, T.FutureType)
 
 
-def constant_propagation(graph: Graph) -> bool:
-    """Fold constants, constant branches and empty loops; return whether anything changed."""
+#: How a node runs on constant inputs: the callable the run would use for it (taking the
+#: inputs' values), or None if there is none. The operator tier, a later stage, provides it
+#: (``ops.registry.evaluator``) when it runs the passes, so that a fold computes exactly what
+#: the run would have.
+NodeEvaluator = Callable[[Node], Callable[..., Any] | None]
+
+
+def constant_propagation(graph: Graph, evaluate: NodeEvaluator) -> bool:
+    """Fold constants, constant branches and empty loops; return whether anything changed.
+    Nodes on constants are run with ``evaluate``'s callables."""
     changed = False
-    while _one_round(graph):
+    while _one_round(graph, evaluate):
         changed = True
     return changed
 
 
-def _one_round(graph: Graph) -> bool:
+def _one_round(graph: Graph, evaluate: NodeEvaluator) -> bool:
     db = AliasDb(graph)
     changed = False
     for node in list(graph.walk()):
@@ -71,7 +81,7 @@ def _one_round(graph: Graph) -> bool:
         elif node.kind == "prim::Loop":
             changed |= _fold_loop(node)
         elif node.kind != "prim::Constant":
-            changed |= _fold_by_type(node, db) or _fold_node(node, db)
+            changed |= _fold_by_type(node, db) or _fold_node(node, db, evaluate)
     return changed
 
 
@@ -211,7 +221,7 @@ def _can_evaluate(node: Node) -> bool:
     return not S.parse(node.schema).writes_any_input()
 
 
-def _fold_node(node: Node, db: AliasDb) -> bool:
+def _fold_node(node: Node, db: AliasDb, evaluate: NodeEvaluator) -> bool:
     if not all(v.node.kind == "prim::Constant" for v in node.inputs):
         return False
     if not _can_evaluate(node):
@@ -220,18 +230,13 @@ def _fold_node(node: Node, db: AliasDb) -> bool:
     # reading it depends on when, and on earlier runs.
     if any(is_mutable(v) and db.has_writers(v) for v in node.inputs):
         return False
-    from static_runtime.ops.registry import UnsupportedOperatorError, select
-
-    try:
-        impl = select(node)
-    except UnsupportedOperatorError:
-        return False
-    if impl.fn is None:
+    fn = evaluate(node)
+    if fn is None:
         return False
     args = [constant_value(v)[1] for v in node.inputs]
     try:
         with torch.no_grad():
-            result = impl.fn(*args)
+            result = fn(*args)
     except Exception:  # noqa: BLE001 - the op raises on these inputs: leave that to the run
         return False
     if len(node.outputs) == 1:

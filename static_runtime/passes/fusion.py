@@ -39,7 +39,7 @@ import torch
 
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import RETURN, Graph, Node, Value
-from static_runtime.ops.native.fused import ATTENTION, CONV2D_POINTWISE, LINEAR_POINTWISE
+from static_runtime.ir.own_ops import ATTENTION, CONV2D_POINTWISE, LINEAR_POINTWISE
 from static_runtime.passes.constant_propagation import constant_value
 
 _MATMUL = "aten::matmul(Tensor self, Tensor other) -> Tensor"

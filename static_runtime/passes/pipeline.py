@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from static_runtime.ir.graph import Graph
 from static_runtime.ir.verifier import verify
+from static_runtime.passes.constant_propagation import NodeEvaluator
 
 GraphPass = Callable[[Graph], bool]
 
@@ -19,22 +20,18 @@ PASS_ORDER = (
 )
 
 
-def registered_passes() -> dict[str, GraphPass]:
-    """Pass name → pass function. A pass returns whether it changed the graph."""
-    from static_runtime.passes.registry import PASSES
-
-    return PASSES
-
-
 #: Called after each pass that ran: ``(pass name, whether it changed the graph, the graph)``.
 PassObserver = Callable[[str, bool, Graph], None]
 
 
-def run_passes(graph: Graph, enabled: dict[str, bool], *, verify_each: bool = False,
-               observer: PassObserver | None = None) -> list[str]:
+def run_passes(graph: Graph, enabled: dict[str, bool], *, evaluate: NodeEvaluator,
+               verify_each: bool = False, observer: PassObserver | None = None) -> list[str]:
     """Run the enabled passes in ``PASS_ORDER``, in place; return the names that changed it.
-    ``observer`` (if given) sees the graph after each pass that ran."""
-    passes = registered_passes()
+    ``evaluate`` says how a node runs on constants (``ops.registry.evaluator``: the stage after
+    this one). ``observer`` (if given) sees the graph after each pass that ran."""
+    from static_runtime.passes.registry import passes as registered
+
+    passes = registered(evaluate)
     changed: list[str] = []
     for name in PASS_ORDER:
         if not enabled.get(name, True) or name not in passes:

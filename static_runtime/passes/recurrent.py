@@ -11,17 +11,59 @@ of layers are accepted. The option ``StaticModuleOptions.fusion_compiler`` switc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Graph, Node
-from static_runtime.ops.native.recurrent import GRU, LSTM, constant_weights, weights_fit
+from static_runtime.ir.own_ops import GRU, LSTM
 from static_runtime.passes.constant_propagation import constant_value
+
+#: Gate blocks per weight matrix (PyTorch's layout: LSTM i, f, g, o; GRU r, z, n).
+GATES = {"lstm": 4, "gru": 3}
 
 _TARGETS = {
     str(torch.ops.aten.lstm.input._schema): ("lstm", "static_runtime::lstm", LSTM),
     str(torch.ops.aten.gru.input._schema): ("gru", "static_runtime::gru", GRU),
 }
+
+
+def constant_weights(params: Any) -> list[torch.Tensor] | None:
+    """``params`` as a list of float32 CPU strided tensors, or None if it is not that."""
+    if not isinstance(params, (list, tuple)) or not params:
+        return None
+    if not all(isinstance(w, torch.Tensor) and w.dtype is torch.float32
+               and w.layout == torch.strided and w.device.type == "cpu"
+               and not w.requires_grad for w in params):
+        return None
+    return list(params)
+
+
+def weights_fit(mode: str, weights: Sequence[torch.Tensor], has_biases: bool,
+                num_layers: int, bidirectional: bool) -> str | None:
+    """None if ``weights`` are the flat weights of a plain ``mode`` layer (no projection)
+    with these settings, else what does not fit."""
+    dirs = 2 if bidirectional else 1
+    per = 4 if has_biases else 2
+    if num_layers < 1 or len(weights) != num_layers * dirs * per:
+        return (f"{len(weights)} weight tensors for {num_layers} layer(s), "
+                f"{dirs} direction(s), biases {has_biases} (a projection?)")
+    w_hh = weights[1]
+    if w_hh.dim() != 2 or w_hh.shape[0] % GATES[mode]:
+        return f"recurrent weight of shape {tuple(w_hh.shape)}"
+    hidden = w_hh.shape[0] // GATES[mode]
+    rows = GATES[mode] * hidden
+    for k in range(num_layers * dirs):
+        w_ih, w_hh, *biases = weights[k * per:(k + 1) * per]
+        inputs = w_ih.shape[1] if w_ih.dim() == 2 else -1
+        if (w_ih.dim() != 2 or w_ih.shape[0] != rows
+                or (k >= dirs and inputs != hidden * dirs)
+                or tuple(w_hh.shape) != (rows, hidden)
+                or any(tuple(b.shape) != (rows,) for b in biases)):
+            return f"weights of layer {k // dirs} do not have the shapes of hidden size {hidden}"
+    return None
 
 
 def compile_recurrent(graph: Graph) -> bool:

@@ -43,7 +43,7 @@ import torch
 from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import SUBGRAPH, Block, Graph, Node, Value
-from static_runtime.ops.native.specialized import SPECIALIZED_SCHEMAS
+from static_runtime.ir.own_ops import SPECIALIZED_SCHEMAS
 from static_runtime.passes.alias import AliasDb
 from static_runtime.passes.constant_propagation import constant_value
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from static_runtime.ir.graph import Graph
 from static_runtime.passes.alpha import specialize_alpha
-from static_runtime.passes.constant_propagation import constant_propagation
+from static_runtime.passes.constant_propagation import NodeEvaluator, constant_propagation
 from static_runtime.passes.counters import scalarize_loop_counters
 from static_runtime.passes.dead_code import eliminate_dead_code
 from static_runtime.passes.fold import fold_batchnorm
@@ -21,22 +22,26 @@ from static_runtime.passes.transformer import fuse_transformer_encoder
 from static_runtime.passes.tuples import merge_tuple_unpacks
 from static_runtime.passes.variadic import variadic_cat_stack
 
-PASSES: dict[str, Callable[[Graph], bool]] = {
-    "inline": inline,
-    "remove_noops": remove_noops,
-    "constant_propagation": constant_propagation,
-    "functionalize": functionalize,
-    "specialize_alpha": specialize_alpha,
-    "variadic_cat_stack": variadic_cat_stack,
-    "merge_tuple_unpacks": merge_tuple_unpacks,
-    "fuse_transformer_encoder": fuse_transformer_encoder,
-    "scalarize_loop_counters": scalarize_loop_counters,
-    "fold_batchnorm": fold_batchnorm,
-    "fuse_attention": fuse_attention,
-    "fuse_convolution": fuse_convolution,
-    "fuse_linear_pointwise": fuse_linear_pointwise,
-    "compile_recurrent": compile_recurrent,
-    "eliminate_dead_code": eliminate_dead_code,
-    "fuse_regions": fuse_regions,
-    "inplace_activations": inplace_activations,
-}
+
+def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
+    """Each pass as a function of the graph alone; ``constant_propagation`` runs nodes on
+    constants with ``evaluate``."""
+    return {
+        "inline": inline,
+        "remove_noops": remove_noops,
+        "constant_propagation": functools.partial(constant_propagation, evaluate=evaluate),
+        "functionalize": functionalize,
+        "specialize_alpha": specialize_alpha,
+        "variadic_cat_stack": variadic_cat_stack,
+        "merge_tuple_unpacks": merge_tuple_unpacks,
+        "fuse_transformer_encoder": fuse_transformer_encoder,
+        "scalarize_loop_counters": scalarize_loop_counters,
+        "fold_batchnorm": fold_batchnorm,
+        "fuse_attention": fuse_attention,
+        "fuse_convolution": fuse_convolution,
+        "fuse_linear_pointwise": fuse_linear_pointwise,
+        "compile_recurrent": compile_recurrent,
+        "eliminate_dead_code": eliminate_dead_code,
+        "fuse_regions": fuse_regions,
+        "inplace_activations": inplace_activations,
+    }

@@ -28,7 +28,7 @@ from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.lifetimes import analyze as analyze_lifetimes
 from static_runtime.memory.planner import MemoryPlan, plan_best
 from static_runtime.ops.kernels import KernelChooser
-from static_runtime.ops.registry import Tier
+from static_runtime.ops.registry import Tier, evaluator
 from static_runtime.passes.pipeline import run_passes
 from static_runtime.runtime import metrics
 from static_runtime.runtime.ahead import plan_ahead
@@ -57,7 +57,8 @@ def prepare(model: Any, options: StaticModuleOptions | None = None, *,
     graph = import_model(model, freeze=options.freeze, example_inputs=example_inputs,
                          dynamic_shapes=dynamic_shapes)
     verify(graph)
-    run_passes(graph, options.passes_enabled(), verify_each=options.verify_passes)
+    run_passes(graph, options.passes_enabled(), evaluate=evaluator,
+               verify_each=options.verify_passes)
     verify(graph)
     return graph
 

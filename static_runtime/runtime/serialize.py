@@ -36,6 +36,7 @@ written by another torch or static_runtime version is refused (prepare the model
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -74,10 +75,20 @@ class UnsaveableValueError(TypeError):
     """The module holds a value with no safe on-disk form; the message names it."""
 
 
-def versions() -> dict[str, str]:
-    import static_runtime
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("static-runtime")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        return "0+unknown"
 
-    return {"torch": torch.__version__, "static_runtime": static_runtime.__version__}
+
+#: This package's version, the installed distribution's (``pyproject.toml``): what a saved file
+#: records and ``load`` compares. ``static_runtime.__version__`` is this.
+VERSION = _installed_version()
+
+
+def versions() -> dict[str, str]:
+    return {"torch": torch.__version__, "static_runtime": VERSION}
 
 
 # --------------------------------------------------------------------------- save

@@ -16,8 +16,9 @@ import static_runtime as sr
 from static_runtime.ir.graph import Argument, Graph, Signature
 from static_runtime.ir.parser import parse_graph
 from static_runtime.ir.verifier import verify
+from static_runtime.ops.registry import evaluator
 from static_runtime.passes.pipeline import PASS_ORDER
-from static_runtime.passes.registry import PASSES
+from static_runtime.passes.registry import passes
 
 NO_PASSES = sr.StaticModuleOptions(**{p: False for p in PASS_ORDER})
 
@@ -45,7 +46,7 @@ def kinds(graph: Graph, *, constants: bool = False) -> list[str]:
 
 def run_pass(name: str, graph: Graph) -> bool:
     """Run one registered pass, then verify the graph."""
-    changed = PASSES[name](graph)
+    changed = passes(evaluator)[name](graph)
     verify(graph)
     return changed
 

@@ -19,7 +19,8 @@ from eager_check import check_eager
 
 import static_runtime as sr
 from static_runtime.ir.verifier import verify
-from static_runtime.passes.registry import PASSES
+from static_runtime.ops.registry import evaluator
+from static_runtime.passes.registry import passes
 
 FUSED = "aten::_transformer_encoder_layer_fwd"
 UNFUSED = dataclasses.replace(OPTION_SETS["default"], fuse_transformer_encoder=False)
@@ -204,6 +205,6 @@ def test_torchscript_import_is_untouched():
     off = sr.StaticModule(scripted, options=UNFUSED)
     # (The import's node order varies between imports; compare what the graphs hold.)
     assert Counter(n.kind for n in on.graph.walk()) == Counter(n.kind for n in off.graph.walk())
-    assert not PASSES["fuse_transformer_encoder"](on.graph)
+    assert not passes(evaluator)["fuse_transformer_encoder"](on.graph)
     assert _count(on, FUSED) == 1  # inside the layer's fast-path branch
     check(scripted, [torch.randn(3, 7, 64)], [torch.randn(1, 12, 64)], rtol=1e-4, atol=1e-5)

@@ -11,6 +11,7 @@ from differential import assert_same, script
 
 import static_runtime as sr
 from static_runtime.models import MODELS
+from static_runtime.ops.registry import evaluator
 from static_runtime.passes.pipeline import PASS_ORDER, run_passes
 from static_runtime.runtime.codegen import stamp_layout
 from static_runtime.runtime.metrics import VARIANTS, _Loop, measure_overhead, node_subsets
@@ -128,14 +129,14 @@ def test_pass_observer_sees_every_pass_that_ran():
     enabled = opts.passes_enabled()
     seen = []
     graph = import_model(script(MODELS["mlp"].build()))
-    changed = run_passes(graph, enabled,
+    changed = run_passes(graph, enabled, evaluate=evaluator,
                          observer=lambda name, did, g: seen.append((name, did, len(g.nodes))))
     assert [s[0] for s in seen] == [p for p in PASS_ORDER if enabled[p]]
     assert [s[0] for s in seen if s[1]] == changed
     assert seen[-1][2] == len(graph.nodes)
     # the observer does not change what preparation produces
     plain = import_model(script(MODELS["mlp"].build()))
-    run_passes(plain, enabled)
+    run_passes(plain, enabled, evaluate=evaluator)
     assert str(plain) == str(graph)
 
 

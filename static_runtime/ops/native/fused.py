@@ -28,9 +28,9 @@ costs ~20 µs more per call, which only a large product hides; ``benchmarks/oned
 ``StaticModuleOptions(kernel_choice="measure")`` that fixed threshold is replaced by a choice
 measured per row count on the machine (``ops/gemm.py``).
 
-All three are defined as PyTorch operators too (``torch.ops.static_runtime.attention``...) with
-the unfused composition as their implementation, so a printed graph parses back and the
-fallback tier could run them.
+Their schemas are declared in ``ir/own_ops.py``, as PyTorch operators too
+(``torch.ops.static_runtime.attention``...); this module gives those operators the unfused
+composition as their implementation, so the fallback tier could run them.
 """
 
 from __future__ import annotations
@@ -38,20 +38,13 @@ from __future__ import annotations
 import torch
 
 from static_runtime.ir.graph import Node
+from static_runtime.ir.own_ops import ATTENTION, CONV2D_POINTWISE, LINEAR_POINTWISE
 from static_runtime.ops.registry import (
-    define_torch_ops,
+    implement_torch_ops,
     labelled,
     register_native,
     register_out_variant,
 )
-
-ATTENTION = ("static_runtime::attention(Tensor query, Tensor key_t, Tensor value, Scalar? scale, "
-             "bool divide, int dim) -> Tensor")
-CONV2D_POINTWISE = ("static_runtime::conv2d_pointwise(Tensor input, Tensor weight, Tensor? bias, "
-                    "int[] stride, int[] padding, int[] dilation, int groups, str attr) -> Tensor")
-
-LINEAR_POINTWISE = ("static_runtime::linear_pointwise(Tensor input, Tensor weight, "
-                    "Tensor? bias, str attr) -> Tensor")
 
 #: Largest query length, or batch × heads, at which the fused kernel is used.
 SDPA_MAX_QUERY_LENGTH = 8
@@ -339,6 +332,6 @@ def _linear_pointwise(node: Node):
     return fn, out_fn
 
 
-define_torch_ops(((ATTENTION, attention_reference),
-                  (CONV2D_POINTWISE, conv2d_pointwise_reference),
-                  (LINEAR_POINTWISE, linear_pointwise_reference)))
+implement_torch_ops(((ATTENTION, attention_reference),
+                     (CONV2D_POINTWISE, conv2d_pointwise_reference),
+                     (LINEAR_POINTWISE, linear_pointwise_reference)))

@@ -37,17 +37,10 @@ from typing import Any
 import torch
 
 from static_runtime.ir.graph import Node
-from static_runtime.ops.registry import define_torch_ops, labelled, register_native
+from static_runtime.ir.own_ops import GRU, LSTM
+from static_runtime.ops.registry import implement_torch_ops, labelled, register_native
+from static_runtime.passes.recurrent import GATES, constant_weights, weights_fit
 
-LSTM = ("static_runtime::lstm(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, "
-        "int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) "
-        "-> (Tensor, Tensor, Tensor)")
-GRU = ("static_runtime::gru(Tensor input, Tensor hx, Tensor[] params, bool has_biases, "
-       "int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) "
-       "-> (Tensor, Tensor)")
-
-#: Gate blocks per weight matrix (PyTorch's layout: LSTM i, f, g, o; GRU r, z, n).
-GATES = {"lstm": 4, "gru": 3}
 #: At most this many time steps × layers × directions are unrolled into one compiled graph;
 #: longer sequences run ATen's kernel. Inductor's compile time grows with the unrolled
 #: graph: a cold compile of 2 layers × 20 steps took 30-85 s on the busy 2-core machine
@@ -79,42 +72,6 @@ def prepare_weights(weights: Sequence[torch.Tensor], has_biases: bool,
         return list(weights)
     per = 4 if has_biases else 2
     return [w.t().contiguous() if i % per == 1 else w for i, w in enumerate(weights)]
-
-
-def constant_weights(params: Any) -> list[torch.Tensor] | None:
-    """``params`` as a list of float32 CPU strided tensors, or None if it is not that."""
-    if not isinstance(params, (list, tuple)) or not params:
-        return None
-    if not all(isinstance(w, torch.Tensor) and w.dtype is torch.float32
-               and w.layout == torch.strided and w.device.type == "cpu"
-               and not w.requires_grad for w in params):
-        return None
-    return list(params)
-
-
-def weights_fit(mode: str, weights: Sequence[torch.Tensor], has_biases: bool,
-                num_layers: int, bidirectional: bool) -> str | None:
-    """None if ``weights`` are the flat weights of a plain ``mode`` layer (no projection)
-    with these settings, else what does not fit."""
-    dirs = 2 if bidirectional else 1
-    per = 4 if has_biases else 2
-    if num_layers < 1 or len(weights) != num_layers * dirs * per:
-        return (f"{len(weights)} weight tensors for {num_layers} layer(s), "
-                f"{dirs} direction(s), biases {has_biases} (a projection?)")
-    w_hh = weights[1]
-    if w_hh.dim() != 2 or w_hh.shape[0] % GATES[mode]:
-        return f"recurrent weight of shape {tuple(w_hh.shape)}"
-    hidden = w_hh.shape[0] // GATES[mode]
-    rows = GATES[mode] * hidden
-    for k in range(num_layers * dirs):
-        w_ih, w_hh, *biases = weights[k * per:(k + 1) * per]
-        inputs = w_ih.shape[1] if w_ih.dim() == 2 else -1
-        if (w_ih.dim() != 2 or w_ih.shape[0] != rows
-                or (k >= dirs and inputs != hidden * dirs)
-                or tuple(w_hh.shape) != (rows, hidden)
-                or any(tuple(b.shape) != (rows,) for b in biases)):
-            return f"weights of layer {k // dirs} do not have the shapes of hidden size {hidden}"
-    return None
 
 
 def _product_rows(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -323,4 +280,4 @@ register_native("static_runtime::lstm")(_native("lstm", LSTM))
 register_native("static_runtime::gru")(_native("gru", GRU))
 
 
-define_torch_ops(((LSTM, torch.lstm), (GRU, torch.gru)))
+implement_torch_ops(((LSTM, torch.lstm), (GRU, torch.gru)))

@@ -1,0 +1,75 @@
+"""The operators graph preparation introduces and ATen does not have: their schemas.
+
+A pass that puts one of these into a graph (``passes/alpha.py``, ``fusion.py``,
+``recurrent.py``) and the operator tier that runs it (``ops/native/``) both read the schema
+from here, so the passes need nothing from the later ``ops/`` stage. The schema is what every
+stage reads: alias analysis its annotations, the printer and parser its name.
+
+Importing this module also declares each one as a PyTorch operator
+(``torch.ops.static_runtime.attention``...), so a prepared graph printed and parsed back
+(``ir.parser.resolve_kind``) finds its schema. Their meanings, the unfused operators they
+replace, are registered as the PyTorch implementations by ``ops/`` (``implement_torch_ops``),
+which is also where the fast kernels are.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: ``aten::add``/``aten::sub`` (``.Tensor`` and ``.Scalar``) whose ``alpha`` was the constant 1
+#: (``passes/alpha.py``): overload → schema. Their outputs are fresh.
+SPECIALIZED_SCHEMAS = {
+    "static_runtime::add.Tensor": "static_runtime::add.Tensor(Tensor self, Tensor other) -> Tensor",
+    "static_runtime::add.Scalar": "static_runtime::add.Scalar(Tensor self, Scalar other) -> Tensor",
+    "static_runtime::sub.Tensor": "static_runtime::sub.Tensor(Tensor self, Tensor other) -> Tensor",
+    "static_runtime::sub.Scalar": "static_runtime::sub.Scalar(Tensor self, Scalar other) -> Tensor",
+}
+
+#: ``matmul(softmax(matmul(query, key_t) * scale, dim), value)`` (``/ scale`` when ``divide``;
+#: no scaling when ``scale`` is None).
+ATTENTION = ("static_runtime::attention(Tensor query, Tensor key_t, Tensor value, Scalar? scale, "
+             "bool divide, int dim) -> Tensor")
+#: ``conv2d`` followed by the activation ``attr`` names.
+CONV2D_POINTWISE = ("static_runtime::conv2d_pointwise(Tensor input, Tensor weight, Tensor? bias, "
+                    "int[] stride, int[] padding, int[] dilation, int groups, str attr) -> Tensor")
+#: ``linear`` followed by the activation ``attr`` names.
+LINEAR_POINTWISE = ("static_runtime::linear_pointwise(Tensor input, Tensor weight, "
+                    "Tensor? bias, str attr) -> Tensor")
+#: ``aten::lstm.input`` / ``aten::gru.input`` whose weights are constants compiled into a
+#: recurrence (``passes/recurrent.py``).
+LSTM = ("static_runtime::lstm(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, "
+        "int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) "
+        "-> (Tensor, Tensor, Tensor)")
+GRU = ("static_runtime::gru(Tensor input, Tensor hx, Tensor[] params, bool has_biases, "
+       "int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) "
+       "-> (Tensor, Tensor)")
+
+#: Every schema this module declares.
+SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, CONV2D_POINTWISE, LINEAR_POINTWISE, LSTM, GRU)
+
+#: Keeps the declarations alive (dropping a Library object deregisters its operators).
+_LIBRARIES: list[torch.library.Library] = []
+
+
+def qualified_name(schema: str) -> str:
+    """``static_runtime::add.Tensor(...) -> ...`` → ``static_runtime::add.Tensor``."""
+    return schema.split("(", 1)[0]
+
+
+def _declared(name: str) -> bool:
+    base, _, overload = name.split("::", 1)[1].partition(".")
+    try:
+        return (overload or "default") in getattr(torch.ops.static_runtime, base).overloads()
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def _declare() -> None:
+    lib = torch.library.Library("static_runtime", "FRAGMENT")
+    for schema in SCHEMAS:
+        if not _declared(qualified_name(schema)):  # this module imported under another name
+            lib.define(schema.split("::", 1)[1])
+    _LIBRARIES.append(lib)
+
+
+_declare()
