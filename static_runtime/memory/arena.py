@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -185,34 +185,37 @@ def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observ
     return ArenaLayout(plan, specs, frozenset(unmanaged), tuple(outputs), offset, checked)
 
 
-def refit(base: ArenaLayout, slots: Sequence[int], dtypes: Sequence[torch.dtype],
+def refit(base: ArenaLayout, index: Mapping[int, int], dtypes: Sequence[torch.dtype],
           sizes: Sequence[tuple[tuple[int, ...], tuple[int, ...] | None]],
           program: Any = None) -> ArenaLayout | None:
-    """``base`` with each managed value's dtype, shape and strides replaced (``slots[i]``
-    becomes a ``dtypes[i]`` tensor of ``sizes[i] = (shape, strides or None for row-major)``;
-    every value ``base`` places must be among them, arena and outputs), if every value fits
-    the region ``base`` reserved for it; else None. The plan is ``base``'s own: the same
-    offsets and arena size, no planner run; ``program`` is what laid it out."""
-    by_slot = {slot: (dtype, size) for slot, dtype, size in zip(slots, dtypes, sizes)}
+    """``base`` with each managed value's dtype, shape and strides replaced (slot ``s``
+    becomes a ``dtypes[index[s]]`` tensor of ``sizes[index[s]] = (shape, strides or None for
+    row-major)``; every value ``base`` places must be among them, arena and outputs), if
+    every value fits the region ``base`` reserved for it; else None. The plan is ``base``'s
+    own: the same offsets and arena size, no planner run; ``program`` is what laid it out.
+    (On the request path for every new size: one pass, no intermediate containers.)"""
     specs = []
     prod = math.prod
     for spec in base.specs:
-        v = by_slot.get(spec.slot)
-        if v is None:
+        i = index.get(spec.slot)
+        if i is None:
             return None
-        dtype, (shape, strides) = v
-        nbytes = prod(shape) * _element_size(dtype)
-        if nbytes > spec.region:
+        dtype = dtypes[i]
+        shape, strides = sizes[i]
+        nbytes = prod(shape) * dtype.itemsize
+        region = max(spec.reserved, spec.nbytes)
+        if nbytes > region:
             return None
         specs.append(TensorSpec(spec.slot, spec.name, dtype, shape, spec.offset, nbytes,
-                                strides, spec.region))
+                                strides, region))
     outputs, offset = [], 0
     for spec in base.outputs:
-        v = by_slot.get(spec.slot)
-        if v is None or v[1][1] is not None:
+        i = index.get(spec.slot)
+        if i is None or sizes[i][1] is not None:
             return None
-        dtype, (shape, _) = v
-        nbytes = prod(shape) * _element_size(dtype)
+        dtype = dtypes[i]
+        shape = sizes[i][0]
+        nbytes = prod(shape) * dtype.itemsize
         outputs.append(TensorSpec(spec.slot, spec.name, dtype, shape, offset, nbytes))
         offset += align(nbytes, DEFAULT_ALIGNMENT)
     return ArenaLayout(base.plan, tuple(specs), base.unmanaged, tuple(outputs), offset, True,
@@ -239,26 +242,52 @@ def aligned_start(arena: torch.Tensor) -> int:
     return (-arena.data_ptr()) % DEFAULT_ALIGNMENT
 
 
-def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor) -> dict[int, torch.Tensor]:
+#: (offset, region bytes, dtype) → a 1-D tensor over that region of an arena (``materialize``)
+Regions = dict[tuple[int, int, torch.dtype], torch.Tensor]
+
+
+def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor,
+                regions: Regions | None = None) -> dict[int, torch.Tensor]:
     """One tensor per spec, over ``arena`` (which must outlive them: the tensors do not own
     their memory). Each tensor's storage is the value's whole region: an operator may
-    resize it within the region, never past it."""
-    need = max((s.offset + s.region for s in specs), default=0)
-    if arena.numel() < need + DEFAULT_ALIGNMENT:
-        raise ValueError("arena too small for the layout")
-    base = arena.data_ptr() + aligned_start(arena)
-    cpu = torch.device("cpu")
+    resize it within the region, never past it.
+
+    ``regions``: the region tensors made over this arena before (filled in here). The
+    layouts of one structure place their values in the same regions, so a new size's
+    tensors are views of these (one ``as_strided`` each) rather than new storages; the
+    caller drops them when the arena goes."""
+    start = aligned_start(arena)
+    limit = arena.numel() - start
+    base = arena.data_ptr() + start
+    if regions is None:
+        regions = {}
     tensors: dict[int, torch.Tensor] = {}
     for spec in specs:
-        storage = torch._C._construct_storage_from_data_pointer(
-            base + spec.offset, cpu, spec.region)
-        t = torch.empty(0, dtype=spec.dtype).set_(
-            storage, 0, spec.shape, spec.strides or _contiguous_strides(spec.shape))
-        tensors[spec.slot] = t
+        region = max(spec.reserved, spec.nbytes)  # ``spec.region``, inline: per value per size
+        key = (spec.offset, region, spec.dtype)
+        whole = regions.get(key)
+        if whole is None:
+            if spec.offset + region > limit:
+                raise ValueError("arena too small for the layout")
+            storage = torch._C._construct_storage_from_data_pointer(
+                base + spec.offset, _CPU, region)
+            whole = regions[key] = torch.empty(0, dtype=spec.dtype).set_(
+                storage, 0, (region // spec.dtype.itemsize,), (1,))
+        tensors[spec.slot] = whole.as_strided(
+            spec.shape, spec.strides or _contiguous_strides(spec.shape))
     return tensors
 
 
+_CPU = torch.device("cpu")
+
+
 def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    n = len(shape)
+    if n == 2:
+        return (shape[1] or 1, 1)
+    if n == 3:
+        inner = shape[2] or 1
+        return (inner * (shape[1] or 1), inner, 1)
     strides, acc = [], 1
     for d in reversed(shape):
         strides.append(acc)

@@ -18,6 +18,7 @@ import torch
 
 from static_runtime.memory.arena import (
     ArenaLayout,
+    Regions,
     allocate_arena,
     build_layout,
     materialize,
@@ -98,6 +99,9 @@ class Interpreter:
         #: id of a layout → (layout, its tensors over this runtime's arena), the most recent
         #: ``_MAX_LAYOUT_TENSORS`` (cleared when the arena is made anew)
         self._layout_tensors: dict[int, tuple[ArenaLayout, dict[int, torch.Tensor]]] = {}
+        #: the arena's region tensors, which every layout's tensors are views of
+        #: (``memory.arena.materialize``; cleared with the arena)
+        self._regions: Regions = {}
 
     # -- one call
     def run(self, inputs: list[Any]) -> list[Any]:
@@ -305,13 +309,14 @@ class Interpreter:
         if self.arena is None or self.arena.numel() < layout.arena_bytes + DEFAULT_ALIGNMENT:
             self.arena = allocate_arena(layout.arena_bytes)
             self._layout_tensors.clear()
+            self._regions.clear()
         held = self._layout_tensors.get(id(layout))
         if held is not None and held[0] is layout:
             # Traffic of every size switches layouts on almost every call: a layout's
             # tensors are made once per runtime, not per switch.
             tensors, reused = held[1], True
         else:
-            tensors, reused = materialize(layout.specs, self.arena), False
+            tensors, reused = materialize(layout.specs, self.arena, self._regions), False
             if layout.outputs:
                 if (self.output_arena is None
                         or self.output_arena.numel() < layout.output_bytes + DEFAULT_ALIGNMENT):

@@ -32,6 +32,7 @@ a program and keeps the programs per signature structure (``ShapePrograms``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import linecache
 import re
 import threading
@@ -85,6 +86,11 @@ class ShapeProgram:
     #: what every call the guards admit has in common beyond sizes (None: nothing folded)
     spec: Specialization | None = None
 
+    @functools.cached_property
+    def index(self) -> dict[int, int]:
+        """Slot → its position in ``slots`` (and in what ``evaluate`` returns)."""
+        return {slot: i for i, slot in enumerate(self.slots)}
+
     def layout(self, inputs: list[Any], base: ArenaLayout, lifetimes: Any, slot_of: dict,
                planner: str) -> ArenaLayout | None:
         """The arena layout of ``inputs``' sizes, placed where ``base`` (a layout of the same
@@ -92,7 +98,7 @@ class ShapeProgram:
         computed = self.evaluate(inputs)
         if computed is None:
             return None
-        fitted = refit(base, self.slots, self.dtypes, computed, self)
+        fitted = refit(base, self.index, self.dtypes, computed, self)
         if fitted is not None:
             return fitted
         keep = {spec.slot for spec in base.specs} | {spec.slot for spec in base.outputs}
@@ -171,9 +177,13 @@ class ShapePrograms:
                     # from the same sizes with those dimensions 2, for the other sizes. If
                     # the model cannot take them (a raise), nothing is lost.
                     try:
-                        self.add(structure, build_program(plan, wide, checks, names))
-                    except Exception:  # noqa: BLE001,S110  (the first program stands)
-                        pass
+                        widened = build_program(plan, wide, checks, names)
+                    except Exception:  # noqa: BLE001  (the first program stands)
+                        widened = None
+                    if widened is not None:
+                        self.add(structure, widened)
+                        if self.on_ready is not None:
+                            self.on_ready(structure, widened)
             finally:
                 with self._lock:
                     self._pending.discard(structure)

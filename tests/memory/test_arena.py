@@ -266,3 +266,35 @@ def test_a_smaller_size_of_a_known_structure_is_laid_out_without_planning(monkey
     w = w.double()  # another structure: planned for its own
     mod(torch.randn(2, 6, dtype=torch.float64), w)
     assert len(runs) == 3
+
+
+def test_layouts_of_one_structure_share_region_tensors_and_still_cannot_grow_past_them():
+    """``materialize`` with a region cache: a second size's tensors at the same offsets are
+    views of the first one's regions (the same bytes, no new storage), each with the layout's
+    own shape and strides; an operator may resize one within its region, never past it, and
+    a region too far into the arena is refused."""
+    from static_runtime.memory.arena import TensorSpec, allocate_arena, materialize
+
+    arena = allocate_arena(4096)
+    big = [TensorSpec(0, "a", torch.float32, (8, 16), 0, 512, None, 1024),
+           TensorSpec(1, "b", torch.float32, (2, 3, 4, 5), 1024, 480,
+                      (60, 1, 15, 3), 1024)]
+    small = [s._replace(shape=shape, nbytes=nbytes, strides=strides) for s, shape, nbytes,
+             strides in ((big[0], (3, 16), 192, None), (big[1], (1, 3, 2, 2), 48, (12, 1, 6, 3)))]
+    regions: dict = {}
+    first = materialize(big, arena, regions)
+    second = materialize(small, arena, regions)
+    assert len(regions) == 2
+    for spec, t in ((big[0], first[0]), (big[1], first[1]), (small[0], second[0]),
+                    (small[1], second[1])):
+        assert tuple(t.shape) == spec.shape and t.dtype == spec.dtype
+        assert t.stride() == (spec.strides or torch.empty(spec.shape).stride())
+    assert second[0].data_ptr() == first[0].data_ptr() != second[1].data_ptr()
+    assert second[1].is_contiguous(memory_format=torch.channels_last)
+    with torch.inference_mode():
+        torch.add(torch.ones(16, 16), 1, out=second[0].resize_(0))  # 1 KiB: the whole region
+        assert torch.equal(first[0], torch.full((8, 16), 2.0))
+        with pytest.raises(RuntimeError, match="not resizable"):
+            second[0].resize_(17, 16)
+    with pytest.raises(ValueError, match="arena too small"):
+        materialize([big[0]._replace(offset=4096)], arena, {})

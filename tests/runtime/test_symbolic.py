@@ -249,17 +249,20 @@ def test_programs_off():
 def test_a_batch_of_one_first_still_gets_the_other_batches_a_program():
     """A program made from a batch of 1 covers a batch of 1 only (a broadcast decides on
     it); one more is made from the same sizes with the dimensions of 1 made 2, and serves
-    the other batches and lengths."""
+    the other batches and lengths. The code the second program's layouts run is made beside
+    it too, not on the request path."""
     model = Encoder().eval()
     mod = sr.StaticModule(_trace(model, *_sentence(12)))
     mod(*_sentence(12))
     wait_for_builds()
     assert sum(len(p) for p in mod._memory.programs._items.values()) == 2
+    generated = mod._codes.generated
     for batch, n in ((3, 20), (2, 7), (5, 30), (1, 9)):
         ids, mask = _sentence(n, batch, seed=n)
         with torch.no_grad():
             torch.testing.assert_close(mod(ids, mask), model(ids, mask))
     assert _served(mod) == 4
+    assert mod._codes.generated == generated
 
 
 def test_tensors_the_signature_decides_are_made_once_per_size():
