@@ -66,6 +66,10 @@ class MemoryConfig:
     programs: ShapePrograms | None = None
     #: the graph's input names (for the programs' descriptions)
     input_names: tuple[str, ...] = ()
+    #: signatures recorded while no program covered them (the first program of a process
+    #: takes a second or so): laid out again by their structure's program on a later call,
+    #: so that they run the code made for the program's layouts (``_relay``)
+    unprogrammed: set = field(default_factory=set)
 
 
 class Interpreter:
@@ -196,6 +200,8 @@ class Interpreter:
         memory = self.memory
         layout = memory.layouts.get(key)
         if layout is not None:
+            if layout.program is None and key in memory.unprogrammed and self._relay(key, inputs):
+                return
             self.install(layout)
             self._verifying = self._checks is not None and not self._checks.layout_checked(
                 layout)
@@ -233,6 +239,18 @@ class Interpreter:
                 return True
         return False
 
+    def _relay(self, key: tuple, inputs: list[Any]) -> bool:
+        """A signature recorded before its structure had a program: lay it out again with
+        the program, once there is one (then it runs the program's code, made ahead)."""
+        memory = self.memory
+        shape_free = structure(key)
+        if not memory.programs.get(shape_free):
+            if memory.programs.settled(shape_free):
+                memory.unprogrammed.discard(key)  # none is coming: stop asking
+            return False
+        memory.unprogrammed.discard(key)
+        return self._lay_out(key, inputs)
+
     def _confirm_program(self) -> None:
         """After the first call from a layout a shape program made: every arena tensor has
         the shape the program said (an out variant resizes one that differs). If not, the
@@ -264,6 +282,7 @@ class Interpreter:
                 # no program covered these sizes: have one made from them
                 memory.programs.schedule(shape_free, self.plan, inputs, self._checks,
                                          list(memory.input_names))
+                memory.unprogrammed.add(self._key)
         else:
             self._verifying = True  # its first call from the arena checks the out variants
 

@@ -194,6 +194,11 @@ class ShapePrograms:
 
         self._builder.submit((structure, asked), build)
 
+    def settled(self, structure: tuple) -> bool:
+        """Whether no program is being made for ``structure``."""
+        with self._lock:
+            return structure not in self._pending
+
     def wait(self) -> None:
         """Block until every program asked for so far is made (tests, benchmarks)."""
         if self._builder is not None:
@@ -341,9 +346,13 @@ def _structure_spec(plan: ExecutionPlan, runner: Runner, values: list[Any]
     if any(pn.kind.split(".")[0] in _STRIDE_KINDS for pn in plan.nodes()):
         return None
     specializer = Specializer(plan)
-    spec = Specialization(taken=dict(runner.taken))
+    # What object state or a written constant gives may differ on the next call of the same
+    # sizes: never folded, no branch on it decided, never kept.
+    volatile = _volatile(plan, specializer)
+    spec = Specialization(taken={node: k for node, k in runner.taken.items()
+                                 if plan.slot_of[node.inputs[0]] not in volatile})
     for slot in runner.produced:
-        if slot in plan.constants:
+        if slot in plan.constants or slot in volatile:
             continue
         v = values[slot]
         fact = _fact_of(v)
@@ -356,18 +365,51 @@ def _structure_spec(plan: ExecutionPlan, runner: Runner, values: list[Any]
             for out in pn.outputs:
                 spec.known.pop(out, None)
     Liveness(specializer, spec, set()).top(plan.block)
-    # Tensors the signature alone decides (offsets ``arange(0, n * k, k)``, a slice of a
-    # constant buffer by a length): computed on a layout's first call, then kept by its code.
+    # What the signature alone decides (offsets ``arange(0, n * k, k)``, a slice of a
+    # constant buffer by a length, a length read back from a tensor, the sizes read from an
+    # input): computed on a layout's first call, then kept by its code. A tensor the plan
+    # places in the arena is then made by the allocating form, once per layout: its region
+    # is shared with other values, which would overwrite it.
     for pn in _straight_line(plan.block, spec):
         out = pn.outputs[0] if len(pn.outputs) == 1 else None
         v = values[out] if out is not None else None
-        if (out in runner.signature_only and isinstance(v, torch.Tensor) and not pn.managed
+        kept = (isinstance(v, torch.Tensor) and _hint_numel(v) <= MEMO_ELEMENTS) or (
+            isinstance(v, _MEMO_SCALARS) and not isinstance(v, bool)
+            and pn.kind != "prim::ListConstruct")
+        if (kept and out in runner.signature_only and out not in volatile
                 and pn.control is Control.NONE and pn.node not in spec.dropped
-                and out not in spec.known and _hint_numel(v) <= MEMO_ELEMENTS
+                and out not in spec.known
                 and not has_side_effects(pn.node) and not is_nondeterministic(pn.node)
                 and specializer.shareable(out)):
             spec.memo.add(pn.node)
     return spec
+
+
+_IMMUTABLE = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.Tensor)
+
+
+def _volatile(plan: ExecutionPlan, specializer: Specializer) -> set[int]:
+    """Slots whose value two calls of one signature may see differently although nothing
+    they compute from is data: what is read from an object's attributes (a module that
+    counts its calls), from a constant something writes (a buffer updated in place, a list
+    appended to), and everything computed from those."""
+    changing = set()
+    for slot, const in plan.constants.items():
+        v = specializer._value_of.get(slot)
+        if not isinstance(const, _IMMUTABLE) and not (
+                isinstance(const, tuple) and all(isinstance(c, _IMMUTABLE) for c in const)):
+            changing.add(slot)  # an object, a list, a dict: state that may change
+        elif v is not None and specializer.db.writers(v):
+            changing.add(slot)
+    nodes = plan.nodes()
+    while True:  # (until no branch hands a changing value out: nested blocks come later)
+        before = len(changing)
+        for pn in nodes:
+            if (pn.kind == "prim::GetAttr" or any(i in changing for i in pn.inputs)
+                    or any(o in changing for b in pn.blocks for o in b.outputs)):
+                changing.update(pn.outputs)
+        if len(changing) == before:
+            return changing
 
 
 def _straight_line(block: Any, spec: Specialization) -> Any:
@@ -383,6 +425,8 @@ def _straight_line(block: Any, spec: Specialization) -> Any:
 
 #: the most elements a tensor kept per layout may have (``Specialization.memo``)
 MEMO_ELEMENTS = 1 << 16
+#: the scalars kept per layout (sizes, and what is computed from them)
+_MEMO_SCALARS = (int, float, torch.SymInt, torch.SymFloat)
 
 
 def _hint_numel(t: torch.Tensor) -> int:

@@ -77,16 +77,17 @@ def test_new_lengths_are_laid_out_by_the_program_and_equal_eager(executor):
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(again, want)
         torch.testing.assert_close((ids, mask), before)
-    # every new length but the one seen was laid out by the program: no recording call,
-    # and no code generated on the request path (the program's code was made beside it)
-    assert _served(mod) == 7
+    # every new length was laid out by the program, and the one recorded before it moved to
+    # the program's layouts: no recording call, and no code generated on the request path
+    # (the program's code was made beside it)
+    assert _served(mod) == 8
     assert mod.layouts.misses - misses == 7
     if executor == "codegen":
         assert mod._codes.generated == generated
         assert "shape program's guards" in mod.code
     text = mod.describe()
     assert "shape program for (int64 rank 2, int64 rank 2)" in text
-    assert "laid out 7 sizes without a recording call" in text
+    assert "laid out 8 sizes without a recording call" in text
     plan = mod.memory_plan()
     assert plan.symbols and "size(1)" in next(iter(plan.symbols.values()))
     assert "sizes symbolic in" in plan.summary()
@@ -291,3 +292,71 @@ def test_tensors_the_signature_decides_are_made_once_per_size():
         with torch.no_grad():
             torch.testing.assert_close(mod(idx), model(idx))
     assert "_memo" in mod.code and "made on a binding's first call" in mod.code
+
+
+def test_sizes_recorded_before_the_program_was_ready_move_to_its_layouts(monkeypatch):
+    """The first program of a process takes a second or so; the sizes that came meanwhile
+    recorded layouts of their own, which ran the plain generic code. Once the program is
+    ready, each such size is laid out again by it on its next call (once), and then runs the
+    code made for the program's layouts; results equal eager throughout."""
+    import threading
+
+    from static_runtime.runtime import symbolic
+
+    release = threading.Event()
+    build = symbolic.build_program
+    monkeypatch.setattr(symbolic, "build_program",
+                        lambda *a, **k: release.wait(30) and build(*a, **k))
+    model = Encoder().eval()
+    mod = sr.StaticModule(_trace(model, *_sentence(12)))
+    lengths = (30, 12, 21, 7)
+
+    def run_all():
+        for n in lengths:
+            ids, mask = _sentence(n, seed=n)
+            with torch.no_grad():
+                torch.testing.assert_close(mod(ids, mask), model(ids, mask))
+
+    run_all()
+    assert _served(mod) == 0 and mod._memory.unprogrammed  # all recorded: no program yet
+    release.set()
+    wait_for_builds()
+    generated = mod._codes.generated
+    run_all()
+    assert _served(mod) == len(lengths)  # each recorded size moved to the program's layouts
+    assert not mod._memory.unprogrammed
+    run_all()
+    assert _served(mod) == len(lengths)  # once each
+    assert mod._codes.generated == generated
+
+
+class _Counts(torch.nn.Module):
+    """State that changes every call although the sizes do not: a count read back, and a
+    branch on it."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        y = torch.tanh(torch.sigmoid(x))
+        if self.calls > 3:
+            y = y + x.size(0)
+        return torch.exp(y), self.calls
+
+
+def test_what_object_state_gives_is_never_folded_or_kept():
+    """The program's run sees one value of a module's attribute; the code its layouts run
+    must read it on every call (not fold the count, not decide the branch on it, not keep
+    it per layout), on the sizes it laid out and on the size recorded before it."""
+    model = _Counts()
+    mod = sr.StaticModule(_script(_Counts()))
+    sizes = [4, 6, 4, 9, 6, 4, 9, 4]
+    for k, n in enumerate(sizes):
+        x = torch.randn(n)
+        got, want = mod(x), model(x)
+        torch.testing.assert_close(got, want)
+        if k == 0:
+            wait_for_builds()
+    assert _served(mod) >= 3  # (the program's layouts ran)

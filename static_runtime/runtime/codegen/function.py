@@ -169,14 +169,14 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
             self.globals["_clock"] = time.perf_counter_ns
         self.block(plan.block, 2, top=True)
         if self.memo_names:
-            # (the tensors kept per binding: their names are known once the body is made)
+            # (the values kept per binding: their names are known once the body is made)
             at = next(k for k, line in enumerate(header) if line.startswith("    def run("))
             header.insert(at, f"    {' = '.join(self.memo_names)} = None")
             header.insert(at + 2, f"        nonlocal {', '.join(self.memo_names)}")
             specialised_at = 1
             header.insert(specialised_at + len(specialised), (
-                f"# {len(self.memo_names)} tensors the signature alone decides made on a "
-                "binding's first call (_memo), then kept."))
+                f"# {len(self.memo_names)} values the signature alone decides (tensors, sizes) "
+                "made on a binding's first call (_memo), then kept."))
         outs = ", ".join(self.expr[s] for s in plan.block.outputs)
         if self.timed is not None:
             self.stamp(2)

@@ -120,12 +120,17 @@ class NodeEmission:
         self.straight(pn, indent)
 
     def memo_node(self, pn: ProcessedNode, indent: int) -> None:
-        """A tensor the signature alone decides: made on the first call of this binding of
-        the code (one layout: one signature), kept in the factory's scope for the next."""
+        """A value the signature alone decides: made on the first call of this binding of
+        the code (one layout: one signature), kept in the factory's scope for the next. A
+        managed tensor is made by the allocating form: its arena region is shared."""
         memo = self.names.fresh("_memo")
         self.memo_names.append(memo)
         self.emit(indent, f"if {memo} is None:")
-        self.straight(pn, indent + 1)
+        if pn.managed:
+            self.emit(indent + 1, f"{self.local(pn.outputs[0])} = "
+                                  f"{self.call(pn, pn.fn, 'f', None)}", pn)
+        else:
+            self.straight(pn, indent + 1)
         name = self.expr[pn.outputs[0]]
         self.emit(indent + 1, f"{memo} = {name}")
         self.emit(indent, "else:")
