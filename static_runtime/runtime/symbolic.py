@@ -385,7 +385,9 @@ def _structure_spec(plan: ExecutionPlan, runner: Runner, values: list[Any]
     return spec
 
 
-_IMMUTABLE = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.Tensor)
+#: constants that change only through a write the alias analysis sees
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.Tensor, list,
+          tuple, dict)
 
 
 def _volatile(plan: ExecutionPlan, specializer: Specializer) -> set[int]:
@@ -396,11 +398,10 @@ def _volatile(plan: ExecutionPlan, specializer: Specializer) -> set[int]:
     changing = set()
     for slot, const in plan.constants.items():
         v = specializer._value_of.get(slot)
-        if not isinstance(const, _IMMUTABLE) and not (
-                isinstance(const, tuple) and all(isinstance(c, _IMMUTABLE) for c in const)):
-            changing.add(slot)  # an object, a list, a dict: state that may change
+        if not isinstance(const, _PLAIN):
+            changing.add(slot)  # an object: state its methods and attributes may change
         elif v is not None and specializer.db.writers(v):
-            changing.add(slot)
+            changing.add(slot)  # a buffer updated in place, a list appended to
     nodes = plan.nodes()
     while True:  # (until no branch hands a changing value out: nested blocks come later)
         before = len(changing)
