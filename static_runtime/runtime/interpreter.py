@@ -357,6 +357,23 @@ class Interpreter:
         self._recording = False
         return reused
 
+    def refused_write(self, slot: int, tensor: Any) -> None:
+        """PyTorch refused to grow the arena tensor of ``slot`` past its region: the value is
+        allocated from now on for this layout. PyTorch sets the tensor's new sizes before it
+        finds its storage cannot grow, so they are set back to the layout's here: the tensor
+        stays this runtime's for the layout (and its region's neighbours), and a later write
+        of those sizes would go past its region into freed or foreign memory."""
+        self.unkept.add(slot)
+        layout = self.layout
+        if layout is None or not isinstance(tensor, torch.Tensor):
+            return
+        for spec in (*layout.specs, *layout.outputs):
+            if spec.slot == slot:
+                shape = spec.shape
+                tensor.set_(tensor.untyped_storage(), 0, shape,
+                            spec.strides or torch.empty(shape, device="meta").stride())
+                return
+
     # -- blocks and nodes
     def run_block(self, block: ProcessedBlock) -> None:
         self.run_nodes(block.nodes)
@@ -408,7 +425,7 @@ class Interpreter:
                     raise
                 # A data-dependent size outgrew its planned region: PyTorch refused to
                 # resize the arena tensor. Allocate instead, now and for this layout.
-                self.unkept.add(pn.outputs[0])
+                self.refused_write(pn.outputs[0], out)
                 values[pn.outputs[0]] = pn.fn(*args)
             return
         result = pn.fn(*args)

@@ -298,3 +298,30 @@ def test_layouts_of_one_structure_share_region_tensors_and_still_cannot_grow_pas
             second[0].resize_(17, 16)
     with pytest.raises(ValueError, match="arena too small"):
         materialize([big[0]._replace(offset=4096)], arena, {})
+
+
+@pytest.mark.parametrize("executor", ["codegen", "interpreter"])
+def test_a_refused_write_leaves_the_arena_tensor_as_planned(executor):
+    """PyTorch sets an out tensor's new sizes before it finds the storage cannot grow; the
+    runtime sets the planned ones back, so a later call of the layout (after another size
+    and back, whose install makes the tensor an arena tensor again) never writes past the
+    region — which corrupted the heap before. Every tensor a runtime keeps for a layout fits
+    its storage, and the answers stay eager's."""
+    src = """
+def f(x: torch.Tensor, s: torch.Tensor):
+    n = int(s.sum())
+    y = torch.exp(torch.arange(n).float())
+    return torch.sigmoid(y).sum() + y.sum() + x.sum()
+"""
+    mod = sr.StaticModule(script(src), options=sr.StaticModuleOptions(executor=executor))
+    rt = mod.runtime()
+    ref = script(src)
+    small, big = torch.randn(3), torch.randn(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for x, k in ((small, 1), (small, 3), (big, 1), (small, 3), (small, 2), (small, 3)):
+            s = torch.full((4,), float(k))  # arange of 4, 12, 4, 12, 8, 12 elements
+            torch.testing.assert_close(rt(x, s), ref(x, s))
+            for _, tensors in rt._interp._layout_tensors.values():
+                for t in tensors.values():
+                    assert t.numel() * t.element_size() <= t.untyped_storage().nbytes()

@@ -234,7 +234,7 @@ class CodegenExecutor(Interpreter):
         an arena tensor, allocate this value from now on (new code next call)."""
         if not _is_refused_resize(e):
             raise e
-        self.unkept.add(slot)
+        self.refused_write(slot, self.values[slot])
         self._fast = None
         return fn(*args)
 
