@@ -161,3 +161,8 @@ class Specialization:
     #: fold sizes (a shape program's): computed on the first call of the code's binding (one
     #: layout, so one signature) and kept for the next calls
     memo: set[Node] = field(default_factory=set)
+    #: top-level views (``view``, ``transpose``...) of a managed value, or of such a view, by
+    #: arguments the signature alone decides: where that value is an arena tensor of the
+    #: code's layout, the view is the same on every call of the binding, and is kept too
+    #: (taken again in a call whose arena write was refused)
+    memo_views: set[Node] = field(default_factory=set)

@@ -4,6 +4,7 @@ records as before; results equal eager on every size."""
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import pytest
@@ -360,3 +361,45 @@ def test_what_object_state_gives_is_never_folded_or_kept():
         if k == 0:
             wait_for_builds()
     assert _served(mod) >= 3  # (the program's layouts ran)
+
+
+def test_views_of_arena_tensors_are_kept_per_layout_and_retaken_when_a_write_is_refused():
+    """The code of a program's layouts keeps ``view``/``transpose`` of an arena tensor (by
+    sizes the signature decides) once per layout; when the arena write is refused (here: a
+    wrong program sized the value too small), that call's views are taken of the value
+    allocated instead, so the answer stays right."""
+
+    def f(x: Tensor) -> Tensor:
+        y = torch.sigmoid(x)
+        z = y.view(x.size(0), 2, 3).transpose(1, 2)
+        return z.sum(1) * 2
+
+    s = _script(f)
+    mod = sr.StaticModule(s, sr.StaticModuleOptions(specialize_after=1000))
+    mod(torch.randn(8, 6))
+    wait_for_builds()
+    for n in (3, 5, 3, 8):
+        x = torch.randn(n, 6)
+        torch.testing.assert_close(mod(x), s(x))
+        torch.testing.assert_close(mod(x), s(x))
+    assert "_memo" in mod.code
+    programs = mod._memory.programs
+    structure = next(iter(programs._items))
+    good = programs.get(structure)[0]
+    assert good.spec is not None and len(good.spec.memo_views) == 2
+
+    def wrong(inputs):
+        got = good.evaluate(inputs)
+        return None if got is None else tuple(((1,) + shape[1:], st) for shape, st in got)
+
+    programs._items[structure] = [dataclasses.replace(good, evaluate=wrong)]
+    x = torch.randn(20, 6)  # larger than any region: the too-small layout's writes are refused
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (PyTorch's: an out tensor resized)
+        torch.testing.assert_close(mod(x), s(x))
+    code = mod.code
+    write, reset = code.index("_o_sigmoid("), code.index("_memo_1 = None", code.index("_o_sigmoid("))
+    assert write < reset < code.index("_f_view(")  # the views are retaken after a refusal
+    for n in (20, 4, 20):
+        x = torch.randn(n, 6)
+        torch.testing.assert_close(mod(x), s(x))

@@ -57,6 +57,10 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
         self.hoisted_names: list[str] = []
         #: per binding kept tensors the signature alone decides (``Specialization.memo``)
         self.memo_names: list[str] = []
+        #: kept views of arena tensors → their names; arena slot → the names its refused
+        #: write resets (``plan_kept_views``)
+        self.view_memos: dict = {}
+        self.view_resets: dict[int, list[str]] = {}
         #: list slot → a literal building it, for lists fixed for the layout
         self.list_literals: dict[int, str] = {}
         #: what the input signature the guard checks determines (None: nothing assumed)
@@ -121,6 +125,25 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
         return ", ".join(self.expr[s] for s in pn.inputs)
 
 
+    def plan_kept_views(self) -> None:
+        """Names for the views this code keeps per binding (``Specialization.memo_views``
+        whose value is an arena tensor of this code's layout, or a kept view of one), and,
+        per arena value, the names a refused write into it resets."""
+        spec = self.spec
+        if spec is None or not spec.memo_views:
+            return
+        root: dict[int, int] = {}
+        for pn in self.plan.block.nodes:
+            if pn.node in spec.memo_views and pn.node not in spec.dropped:
+                src = pn.inputs[0]
+                r = src if src in self.arena else root.get(src)
+                if r is not None:
+                    root[pn.outputs[0]] = r
+                    name = self.names.fresh("_memo")
+                    self.memo_names.append(name)
+                    self.view_memos[pn.node] = name
+                    self.view_resets.setdefault(r, []).append(name)
+
     def function(self) -> str:
         plan = self.plan
         # Only values defined in the top-level block are released with ``del``: one defined
@@ -167,6 +190,7 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
         self.lines = []
         if self.timed is not None:
             self.globals["_clock"] = time.perf_counter_ns
+        self.plan_kept_views()
         self.block(plan.block, 2, top=True)
         if self.memo_names:
             # (the values kept per binding: their names are known once the body is made)

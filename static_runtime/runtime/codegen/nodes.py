@@ -117,14 +117,18 @@ class NodeEmission:
             return self.fork_node(pn, indent)
         if self.spec is not None and pn.node in self.spec.memo:
             return self.memo_node(pn, indent)
+        if pn.node in self.view_memos:
+            return self.memo_node(pn, indent, self.view_memos[pn.node])
         self.straight(pn, indent)
 
-    def memo_node(self, pn: ProcessedNode, indent: int) -> None:
+    def memo_node(self, pn: ProcessedNode, indent: int, memo: str | None = None) -> None:
         """A value the signature alone decides: made on the first call of this binding of
         the code (one layout: one signature), kept in the factory's scope for the next. A
-        managed tensor is made by the allocating form: its arena region is shared."""
-        memo = self.names.fresh("_memo")
-        self.memo_names.append(memo)
+        managed tensor is made by the allocating form: its arena region is shared. (``memo``:
+        the name planned for a kept view of an arena tensor.)"""
+        if memo is None:
+            memo = self.names.fresh("_memo")
+            self.memo_names.append(memo)
         self.emit(indent, f"if {memo} is None:")
         if pn.managed:
             self.emit(indent + 1, f"{self.local(pn.outputs[0])} = "
@@ -166,6 +170,9 @@ class NodeEmission:
             self.emit(indent + 1, f"{target} = {m}")
             self.emit(indent, "except RuntimeError as e:")
             self.emit(indent + 1, f"{target} = _refused(e, {outs[0]}, {fn}, {args})", pn)
+            for memo in self.view_resets.get(outs[0], ()):
+                # (views kept of the arena tensor: taken of this call's tensor instead)
+                self.emit(indent + 1, f"{memo} = None")
             views = [h for h in self.hoisting.nodes if self.hoisting.root[h.node] == outs[0]]
             if views:
                 # Views of the value that took the arena tensor's place, for this call; the
