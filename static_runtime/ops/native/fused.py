@@ -2,12 +2,22 @@
 
 ``static_runtime::attention(query, key_t, value, scale, divide, dim)`` is
 ``matmul(softmax(matmul(query, key_t) * scale, dim), value)`` (``/ scale`` when ``divide``;
-no scaling when ``scale`` is None). It runs PyTorch's fused
-``scaled_dot_product_attention`` where that was measured faster — 4-D float tensors of
-matching batch and head sizes, softmax over the last dimension, and a query length of at
-most 8 or at most 8 batch × head slices (``benchmarks/sdpa_threshold.py``; at query length 16
-and 64 × 8 heads it is 1.4 × slower than the written-out form) — and the written-out
-operators otherwise, which are exactly the ones it replaced (same values, same errors).
+no scaling when ``scale`` is None). It runs PyTorch's fused ``scaled_dot_product_attention``
+where that was measured faster — 4-D float tensors of matching batch and head sizes, softmax
+over the last dimension, and a key whose rows are contiguous (``key_t`` a transposed view,
+as models make it: ``key_t.stride(-2) == 1``; the fused kernel copies any other key, and
+then loses: ``benchmarks/attention_forms.py``) — and the written-out operators otherwise,
+which are exactly the ones it replaced (same values, same errors).
+
+``static_runtime::masked_attention(query, key_t, value, scale, divide, dim, mask,
+mask_kind)`` is the same with the scaled scores masked before the softmax: ``scores + mask``
+(``mask_kind`` ``"add"``), ``scores.masked_fill(mask, -inf)`` (``"fill"``) or
+``where(mask, scores, -inf)`` (``"keep"``). The fused kernel serves under the conditions
+above, from ``SDPA_MIN_MASKED_SLICES`` batch × head slices on (below, the written-out form
+was as fast or faster), for a mask it takes as it is: a float mask of the query's dtype, a
+boolean one for ``"fill"``/``"keep"``, broadcastable to the scores without changing their
+shape — and only when no query row is masked entirely: the written-out form gives NaN
+there, the fused kernel zeros (checked on each call, a few µs).
 
 ``static_runtime::conv2d_pointwise(input, weight, bias, stride, padding, dilation, groups,
 attr)`` is ``conv2d`` followed by the activation ``attr`` names: ``"none"``, ``"relu"``,
@@ -28,7 +38,7 @@ costs ~20 µs more per call, which only a large product hides; ``benchmarks/oned
 ``StaticModuleOptions(kernel_choice="measure")`` that fixed threshold is replaced by a choice
 measured per row count on the machine (``ops/gemm.py``).
 
-All three are defined as PyTorch operators too (``torch.ops.static_runtime.attention``...) with
+All four are defined as PyTorch operators too (``torch.ops.static_runtime.attention``...) with
 the unfused composition as their implementation, so a printed graph parses back and the
 fallback tier could run them.
 """
@@ -47,15 +57,23 @@ from static_runtime.ops.registry import (
 
 ATTENTION = ("static_runtime::attention(Tensor query, Tensor key_t, Tensor value, Scalar? scale, "
              "bool divide, int dim) -> Tensor")
+MASKED_ATTENTION = ("static_runtime::masked_attention(Tensor query, Tensor key_t, Tensor value, "
+                    "Scalar? scale, bool divide, int dim, Tensor mask, str mask_kind) -> Tensor")
 CONV2D_POINTWISE = ("static_runtime::conv2d_pointwise(Tensor input, Tensor weight, Tensor? bias, "
                     "int[] stride, int[] padding, int[] dilation, int groups, str attr) -> Tensor")
 
 LINEAR_POINTWISE = ("static_runtime::linear_pointwise(Tensor input, Tensor weight, "
                     "Tensor? bias, str attr) -> Tensor")
 
-#: Largest query length, or batch × heads, at which the fused kernel is used.
-SDPA_MAX_QUERY_LENGTH = 8
-SDPA_MAX_SLICES = 8
+#: Fewest batch × head slices at which masked attention runs the fused kernel.
+SDPA_MIN_MASKED_SLICES = 8
+
+#: ``masked_attention``'s ``mask_kind`` → how the mask applies to the scaled scores.
+MASK_KINDS = {
+    "add": lambda scores, mask: scores + mask,
+    "fill": lambda scores, mask: scores.masked_fill(mask, float("-inf")),
+    "keep": lambda scores, mask: torch.where(mask, scores, float("-inf")),
+}
 
 _FLOATS = (torch.float32, torch.float64)
 
@@ -66,6 +84,55 @@ def attention_reference(query, key_t, value, scale, divide: bool, dim: int):
     if scale is not None:
         scores = torch.div(scores, scale) if divide else torch.mul(scores, scale)
     return torch.matmul(torch.softmax(scores, dim), value)
+
+
+def masked_attention_reference(query, key_t, value, scale, divide: bool, dim: int, mask,
+                               mask_kind: str):
+    """The operators the fusion replaced, in their order."""
+    apply = _mask_kind(mask_kind)
+    scores = torch.matmul(query, key_t)
+    if scale is not None:
+        scores = torch.div(scores, scale) if divide else torch.mul(scores, scale)
+    return torch.matmul(torch.softmax(apply(scores, mask), dim), value)
+
+
+def _mask_kind(mask_kind: str):
+    if mask_kind not in MASK_KINDS:
+        raise ValueError(f"static_runtime::masked_attention: mask_kind must be one of "
+                         f"{sorted(MASK_KINDS)}, got {mask_kind!r}")
+    return MASK_KINDS[mask_kind]
+
+
+def _sdpa_fits(query, key_t, value, dim) -> bool:
+    """Whether ``scaled_dot_product_attention`` computes this attention, and was measured
+    faster: 4-D float tensors of one dtype, matching sizes, a softmax over the last dimension
+    and contiguous key rows (``key_t.stride(-2) == 1``)."""
+    qs, ks, vs = query.shape, key_t.shape, value.shape
+    return (len(qs) == 4 and len(ks) == 4 and len(vs) == 4 and dim in (-1, 3)
+            and qs[:2] == ks[:2] == vs[:2] and qs[3] == ks[2] and ks[3] == vs[2]
+            and key_t.stride(2) == 1 and query.dtype in _FLOATS
+            and key_t.dtype is query.dtype and value.dtype is query.dtype)
+
+
+def _sdpa_mask(query, key_t, mask, mask_kind: str):
+    """The mask as ``scaled_dot_product_attention`` takes it, or None where the fused kernel
+    would not compute the same: another dtype, a broadcast that changes the scores' shape, or
+    a query row masked entirely."""
+    scores_shape = (*query.shape[:3], key_t.shape[3])
+    ms = mask.shape
+    if len(ms) > 4 or any(m != 1 and m != s for m, s in zip(reversed(ms), reversed(scores_shape))):
+        return None
+    # a run on meta or fake tensors (planning, shape programs) has no data to look at: it
+    # takes the fused kernel's shapes and strides, as most real calls will
+    real = type(mask) is torch.Tensor and not mask.is_meta
+    if mask_kind == "add":
+        if mask.dtype is not query.dtype or real and bool(torch.isneginf(mask).all(-1).any()):
+            return None
+        return mask
+    if mask.dtype is not torch.bool:
+        return None
+    keep = torch.logical_not(mask) if mask_kind == "fill" else mask
+    return keep if not real or bool(keep.any(-1).all()) else None
 
 
 #: ``conv2d_pointwise``'s ``attr`` → (the activation, its in-place form, oneDNN's post-op
@@ -132,14 +199,9 @@ def _attention(node: Node):
     sdpa = torch._C._nn.scaled_dot_product_attention
     matmul, softmax, mul, div = torch.matmul, torch.softmax, torch.mul, torch.div
 
-    @labelled("scaled_dot_product_attention, or matmul-softmax-matmul (by size)")
+    @labelled("scaled_dot_product_attention, or matmul-softmax-matmul (by layout)")
     def attention(query, key_t, value, scale, divide, dim):
-        qs, ks, vs = query.shape, key_t.shape, value.shape
-        if (len(qs) == 4 and len(ks) == 4 and len(vs) == 4 and dim in (-1, 3)
-                and (qs[2] <= SDPA_MAX_QUERY_LENGTH or qs[0] * qs[1] <= SDPA_MAX_SLICES)
-                and qs[:2] == ks[:2] == vs[:2] and qs[3] == ks[2] and ks[3] == vs[2]
-                and query.dtype in _FLOATS and key_t.dtype is query.dtype
-                and value.dtype is query.dtype):
+        if _sdpa_fits(query, key_t, value, dim):
             factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
             return sdpa(query, key_t.transpose(-2, -1), value, scale=factor)
         scores = matmul(query, key_t)
@@ -148,6 +210,33 @@ def _attention(node: Node):
         return matmul(softmax(scores, dim), value)
 
     return attention
+
+
+@register_native("static_runtime::masked_attention")
+def _masked_attention(node: Node):
+    if node.schema != MASKED_ATTENTION:
+        return None
+    sdpa = torch._C._nn.scaled_dot_product_attention
+    matmul, softmax, mul, div = torch.matmul, torch.softmax, torch.mul, torch.div
+    min_slices = SDPA_MIN_MASKED_SLICES
+
+    @labelled(f"scaled_dot_product_attention from {min_slices} slices (by layout and mask), "
+              f"or matmul-mask-softmax-matmul")
+    def masked_attention(query, key_t, value, scale, divide, dim, mask, mask_kind):
+        apply = _mask_kind(mask_kind)
+        if query.dim() == 4 and query.shape[0] * query.shape[1] >= min_slices \
+                and _sdpa_fits(query, key_t, value, dim):
+            attn_mask = _sdpa_mask(query, key_t, mask, mask_kind)
+            if attn_mask is not None:
+                factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
+                return sdpa(query, key_t.transpose(-2, -1), value, attn_mask=attn_mask,
+                            scale=factor)
+        scores = matmul(query, key_t)
+        if scale is not None:
+            scores = div(scores, scale) if divide else mul(scores, scale)
+        return matmul(softmax(apply(scores, mask), dim), value)
+
+    return masked_attention
 
 
 @register_native("static_runtime::conv2d_pointwise")
@@ -340,5 +429,6 @@ def _linear_pointwise(node: Node):
 
 
 define_torch_ops(((ATTENTION, attention_reference),
+                  (MASKED_ATTENTION, masked_attention_reference),
                   (CONV2D_POINTWISE, conv2d_pointwise_reference),
                   (LINEAR_POINTWISE, linear_pointwise_reference)))
