@@ -4,8 +4,10 @@
 run either the operators they replaced or PyTorch's fused kernel, whichever this benchmark
 measured faster for the shape. For each (batch × heads, query length = key length, head
 size) of the grid and each form, the two are timed in alternation, one thread, inference
-mode: µs per call (query, key and value as models make them: views of ``(batch,
-L, heads, d)`` projections; the key transposed as a view), the median of ``--repeats`` samples of ``--calls`` calls each.
+mode: µs per call. Query, key and value are laid out as ``--layout`` says: ``projection``
+(views of ``(batch, L, heads, d)`` projections, as attention straight after its linears
+sees them) or ``contiguous`` (``(batch, heads, L, d)`` tensors, as after rotary embeddings or
+repeated key-value heads); the key is transposed as a view either way., the median of ``--repeats`` samples of ``--calls`` calls each.
 
 Forms (``s = q·kᵀ · scale``; the mask is (L, L), broadcast over batch and heads):
 
@@ -18,7 +20,8 @@ Forms (``s = q·kᵀ · scale``; the mask is (L, L), broadcast over batch and he
 
 Run::
 
-    python benchmarks/attention_forms.py              # ~2 minutes
+    python benchmarks/attention_forms.py              # ~3 minutes
+    python benchmarks/attention_forms.py --layout contiguous
     python benchmarks/attention_forms.py --repeats 15 --calls 100
 """
 
@@ -35,14 +38,16 @@ F = torch.nn.functional
 #: (batch × heads as (batch, heads), length, head size): the zoo's attention shapes and a grid
 #: around them.
 SHAPES = [(b, h, n, d) for (b, h) in ((1, 2), (1, 4), (2, 4), (4, 4), (8, 4), (8, 8))
-          for n in (8, 16, 32, 64, 128) for d in (16, 32, 64)]
+          for n in (8, 16, 32, 64) for d in (16, 32, 64)]
 
 
-def _forms(b: int, h: int, n: int, d: int):
+def _forms(b: int, h: int, n: int, d: int, layout: str):
     g = torch.Generator().manual_seed(0)
-    # as models make them: (b, L, heads, d) projections seen as (b, heads, L, d); the key
-    # transposed as a view (a contiguous key_t would cost the fused kernel a copy)
-    q, k, v = (torch.randn(b, n, h, d, generator=g).transpose(1, 2) for _ in range(3))
+    # the key is transposed as a view (a contiguous key_t costs the fused kernel a copy)
+    if layout == "projection":
+        q, k, v = (torch.randn(b, n, h, d, generator=g).transpose(1, 2) for _ in range(3))
+    else:
+        q, k, v = (torch.randn(b, h, n, d, generator=g) for _ in range(3))
     k_t = k.transpose(-1, -2)
     add_mask = torch.full((n, n), float("-inf")).triu(1)
     bool_mask = torch.ones(n, n, dtype=torch.bool).triu(1)
@@ -91,13 +96,15 @@ def _time(fns, calls: int, repeats: int) -> list[float]:
 @click.command()
 @click.option("--calls", default=40, show_default=True)
 @click.option("--repeats", default=9, show_default=True)
-def main(calls: int, repeats: int) -> None:
+@click.option("--layout", type=click.Choice(["projection", "contiguous"]), default="projection",
+              show_default=True)
+def main(calls: int, repeats: int, layout: str) -> None:
     torch.set_num_threads(1)
     print("| batch × heads | L | d | form | written µs | fused µs | fused ÷ written |")
     print("|---|--:|--:|---|--:|--:|--:|")
     with torch.inference_mode():
         for b, h, n, d in SHAPES:
-            for form, (written, fused) in _forms(b, h, n, d).items():
+            for form, (written, fused) in _forms(b, h, n, d, layout).items():
                 w, f = _time([written, fused], calls, repeats)
                 print(f"| {b} × {h} | {n} | {d} | {form} | {w:.1f} | {f:.1f} | {f / w:.2f} |",
                       flush=True)

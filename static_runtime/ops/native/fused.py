@@ -3,18 +3,19 @@
 ``static_runtime::attention(query, key_t, value, scale, divide, dim)`` is
 ``matmul(softmax(matmul(query, key_t) * scale, dim), value)`` (``/ scale`` when ``divide``;
 no scaling when ``scale`` is None). It runs PyTorch's fused ``scaled_dot_product_attention``
-where that was measured faster — 4-D float tensors of matching batch and head sizes, softmax
-over the last dimension, and a key whose rows are contiguous (``key_t`` a transposed view,
-as models make it: ``key_t.stride(-2) == 1``; the fused kernel copies any other key, and
-then loses: ``benchmarks/attention_forms.py``) — and the written-out operators otherwise,
-which are exactly the ones it replaced (same values, same errors).
+where it computes the same and was measured faster — 4-D float tensors of matching batch
+and head sizes, softmax over the last dimension, a key whose rows are contiguous (``key_t``
+a transposed view, as models make it: ``key_t.stride(-2) == 1``; the fused kernel copies any
+other key, and then loses), and the layout and sizes ``_sdpa_faster`` names
+(``benchmarks/attention_forms.py``) — and the written-out operators otherwise, which are
+exactly the ones it replaced (same values, same errors).
 
 ``static_runtime::masked_attention(query, key_t, value, scale, divide, dim, mask,
 mask_kind)`` is the same with the scaled scores masked before the softmax: ``scores + mask``
 (``mask_kind`` ``"add"``), ``scores.masked_fill(mask, -inf)`` (``"fill"``) or
 ``where(mask, scores, -inf)`` (``"keep"``). The fused kernel serves under the conditions
-above, from ``SDPA_MIN_MASKED_SLICES`` batch × head slices on (below, the written-out form
-was as fast or faster), for a mask it takes as it is: a float mask of the query's dtype, a
+above (for masks, ``_sdpa_faster`` asks for more slices), for a mask it takes as it is: a
+float mask of the query's dtype, a
 boolean one for ``"fill"``/``"keep"``, broadcastable to the scores without changing their
 shape — and only when no query row is masked entirely: the written-out form gives NaN
 there, the fused kernel zeros (checked on each call, a few µs).
@@ -65,8 +66,13 @@ CONV2D_POINTWISE = ("static_runtime::conv2d_pointwise(Tensor input, Tensor weigh
 LINEAR_POINTWISE = ("static_runtime::linear_pointwise(Tensor input, Tensor weight, "
                     "Tensor? bias, str attr) -> Tensor")
 
-#: Fewest batch × head slices at which masked attention runs the fused kernel.
-SDPA_MIN_MASKED_SLICES = 8
+#: Batch × head slices from which masked attention may run the fused kernel, and up to which
+#: unmasked attention on contiguous tensors does (``_sdpa_faster``).
+SDPA_SLICES = 8
+#: Query length up to which unmasked attention on contiguous tensors runs the fused kernel,
+#: and from which masked attention with a boolean mask does.
+SDPA_SHORT_QUERY = 8
+SDPA_LONG_QUERY = 32
 
 #: ``masked_attention``'s ``mask_kind`` → how the mask applies to the scaled scores.
 MASK_KINDS = {
@@ -112,6 +118,24 @@ def _sdpa_fits(query, key_t, value, dim) -> bool:
             and qs[:2] == ks[:2] == vs[:2] and qs[3] == ks[2] and ks[3] == vs[2]
             and key_t.stride(2) == 1 and query.dtype in _FLOATS
             and key_t.dtype is query.dtype and value.dtype is query.dtype)
+
+
+def _sdpa_faster(query, mask_kind: str | None) -> bool:
+    """Whether the fused kernel was measured faster than the written-out form
+    (``benchmarks/attention_forms.py``, both layouts). On views of ``(batch, L,
+    heads, d)`` projections (heads inside a row: ``query.stride(1) < query.stride(2)``) the
+    written-out products pay for the layout and the fused kernel does not: it wins unmasked
+    everywhere (0.6–0.95 ×), masked from ``SDPA_SLICES`` slices (0.75–0.95 ×; below, the
+    mask check's few µs even it out). On contiguous ``(batch, heads, L, d)`` tensors unmasked
+    it wins for short queries or few slices (0.6–0.95 ×) and loses up to 1.3 × beyond; with
+    an added mask it never wins (1.0–1.3 ×); with a boolean mask from ``SDPA_SLICES`` slices
+    and ``SDPA_LONG_QUERY`` on (0.7–0.95 ×: ``masked_fill`` written out is slow)."""
+    slices, length = query.shape[0] * query.shape[1], query.shape[2]
+    if query.stride(1) < query.stride(2):
+        return mask_kind is None or slices >= SDPA_SLICES
+    if mask_kind is None:
+        return length <= SDPA_SHORT_QUERY or slices <= SDPA_SLICES
+    return mask_kind != "add" and slices >= SDPA_SLICES and length >= SDPA_LONG_QUERY
 
 
 def _sdpa_mask(query, key_t, mask, mask_kind: str):
@@ -201,7 +225,7 @@ def _attention(node: Node):
 
     @labelled("scaled_dot_product_attention, or matmul-softmax-matmul (by layout)")
     def attention(query, key_t, value, scale, divide, dim):
-        if _sdpa_fits(query, key_t, value, dim):
+        if _sdpa_fits(query, key_t, value, dim) and _sdpa_faster(query, None):
             factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
             return sdpa(query, key_t.transpose(-2, -1), value, scale=factor)
         scores = matmul(query, key_t)
@@ -218,14 +242,12 @@ def _masked_attention(node: Node):
         return None
     sdpa = torch._C._nn.scaled_dot_product_attention
     matmul, softmax, mul, div = torch.matmul, torch.softmax, torch.mul, torch.div
-    min_slices = SDPA_MIN_MASKED_SLICES
 
-    @labelled(f"scaled_dot_product_attention from {min_slices} slices (by layout and mask), "
-              f"or matmul-mask-softmax-matmul")
+    @labelled("scaled_dot_product_attention, or matmul-mask-softmax-matmul (by layout, size "
+              "and mask)")
     def masked_attention(query, key_t, value, scale, divide, dim, mask, mask_kind):
         apply = _mask_kind(mask_kind)
-        if query.dim() == 4 and query.shape[0] * query.shape[1] >= min_slices \
-                and _sdpa_fits(query, key_t, value, dim):
+        if _sdpa_fits(query, key_t, value, dim) and _sdpa_faster(query, mask_kind):
             attn_mask = _sdpa_mask(query, key_t, mask, mask_kind)
             if attn_mask is not None:
                 factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
