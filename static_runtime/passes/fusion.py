@@ -13,7 +13,9 @@ causal and padding masks are added; ``alpha`` 1), ``scores.masked_fill(mask, -in
 query attention needs nothing more: the key and value heads repeated (``repeat_interleave``,
 or ``expand`` + ``reshape`` as Meta's ``repeat_kv``) are the operands the fused node reads.
 A ``masked_fill`` with a finite value is left alone (it replaces a score where the fused
-kernel would add to it; a row masked entirely would differ).
+kernel would add to it; a row masked entirely would differ), and so is masked attention
+whose query is computed anew rather than a view of a projection (``_may_be_head_view``:
+rotary embeddings make it contiguous, and there the fused kernel was measured slower).
 
 ``fuse_convolution``: ``conv2d`` with a constant weight and bias, and constant stride,
 padding, dilation and groups, becomes ``static_runtime::conv2d_pointwise``, taking a ``relu``
@@ -46,7 +48,7 @@ from __future__ import annotations
 import torch
 
 from static_runtime.ir import types as T
-from static_runtime.ir.graph import RETURN, Graph, Node, Value
+from static_runtime.ir.graph import PARAM, RETURN, Graph, Node, Value
 from static_runtime.ops.native.fused import (
     ATTENTION,
     CONV2D_POINTWISE,
@@ -130,6 +132,8 @@ def _fuse_attention_at(graph: Graph, last: Node) -> bool:
         return False
     chain.append(first)
     query, key_t = first.inputs
+    if masking is not None and not _may_be_head_view(query):
+        return False
 
     consts = [graph.constant(scale, T.Float if type(scale) is float else T.Int, before=last)
               if scale is not None else graph.constant(None, T.NoneT, before=last),
@@ -178,6 +182,21 @@ def _mask_step(node: Node) -> tuple[Node, Value, str] | None:
         if known and type(fill) is float and fill == float("-inf"):
             return node, node.inputs[0], "keep"
     return None
+
+
+#: Views that can give a query heads inside its rows (``(batch, L, heads, d)`` seen as
+#: ``(batch, heads, L, d)``), the layout where the fused kernel beats the written-out form.
+_HEAD_VIEWS = frozenset({"aten::transpose.int", "aten::permute"})
+
+
+def _may_be_head_view(query: Value) -> bool:
+    """Whether ``query`` may be laid out as views of projections are: a graph input, or a
+    transposed or permuted view. A query computed anew (rotary embeddings, a copy) is a
+    contiguous ``(batch, heads, L, d)`` tensor, where the fused kernel loses to the written-out
+    form with an added mask (1.0–1.3 ×) and mostly with a boolean one
+    (``benchmarks/attention_forms.py --layout contiguous``), and where the fused node, running
+    the written-out form, would allocate what the unfused nodes write into the arena."""
+    return query.node.kind == PARAM or query.node.schema_name() in _HEAD_VIEWS
 
 
 def _scores_like(value: Value) -> bool:

@@ -1,16 +1,19 @@
 """``pack_linears``: sibling linears on one input packed into one product, as ONNX Runtime
 packs attention's Q/K/V and a gated MLP's gate and up projections.
 
-Linears (``aten::linear``) that read the same value, in one block, with constant 2-D weights
-of one floating dtype and the same number of input features ``K``, each weight smaller than
-``LINEAR_MIN_WEIGHT`` elements, and constant biases (or none), become one ``aten::linear``
-with the weights (and biases: zeros where one had none) concatenated, and one
-``aten::slice`` of its last dimension per former output. The product is the same
+Products with a constant weight that read the same value, in one block — ``linear``, and
+``matmul`` or ``addmm`` with a constant matrix, as traced, scripted and exported models show
+them (``_product``) — with weights of one floating dtype and the same number of input
+features ``K``, each weight smaller than ``LINEAR_MIN_WEIGHT`` elements, and constant biases
+(or none), become one ``aten::linear`` with the weights (and biases: zeros where one had
+none) concatenated, and one ``aten::slice`` of its last dimension per former output. The
+packed linear is then like any other (``fuse_linear_pointwise`` and
+``kernel_choice="measure"`` take it by its own size). The product is the same
 multiply-adds in one call instead of several: at the zoo's sizes (``M`` 16–256 rows,
 ``K = N`` 32–256) one ``addmm`` into ``(M, 3N)`` takes 0.45–0.97 × the time of three into
 ``(M, N)``, and from 512 × 512 weights the calls' fixed costs are lost in the work (and such a
 linear is ``fuse_linear_pointwise``'s, which takes its activation along), so those are left
-alone (``benchmarks/pack_linears.py``).
+alone (``benchmarks/rewrites.py --pack-grid``).
 
 The slices are not contiguous: each row of one is ``K`` apart from the next by the packed
 width, not its own. Where an output goes is therefore checked, transitively through the views
@@ -37,6 +40,9 @@ from static_runtime.ir.graph import Graph, Node, Value
 from static_runtime.passes.constant_propagation import constant_value
 
 _LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"
+_MATMUL = "aten::matmul(Tensor self, Tensor other) -> Tensor"
+_ADDMM = ("aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, "
+          "Scalar alpha=1) -> Tensor")
 _SLICE = str(torch.ops.aten.slice.Tensor._schema)
 _RESHAPE = str(torch.ops.aten.reshape.default._schema)
 _VIEW = "aten::view"
@@ -70,11 +76,15 @@ _VIEWS = frozenset({
 
 
 def pack_linears(graph: Graph) -> bool:
-    groups: dict[tuple, list[Node]] = defaultdict(list)
+    groups: dict[tuple, list[tuple[Node, torch.Tensor, torch.Tensor | None]]] = \
+        defaultdict(list)
     for node in graph.walk():
-        key = _packable(node)
-        if key is not None:
-            groups[key].append(node)
+        product = _product(node)
+        if product is None or not _layout_blind(node.output, direct=True):
+            continue
+        x, weight, bias = product
+        groups[(x, node.owning_block, weight.dtype, weight.shape[1])].append(
+            (node, weight, bias))
     changed = False
     for siblings in groups.values():
         if len(siblings) >= 2:
@@ -83,23 +93,50 @@ def pack_linears(graph: Graph) -> bool:
     return changed
 
 
-def _packable(node: Node) -> tuple | None:
-    """The group key ``(input, block, dtype, K)`` of a linear that may be packed, else None."""
-    if node.schema != _LINEAR or len(node.inputs) != 3 or node.owning_block is None:
+def _product(node: Node) -> tuple[Value, torch.Tensor, torch.Tensor | None] | None:
+    """``(x, W, b)`` if ``node`` computes ``x · Wᵀ + b`` with a constant ``(N, K)`` weight of
+    fewer than ``LINEAR_MIN_WEIGHT`` elements and a constant ``(N,)`` bias of its dtype (or
+    none): ``linear(x, W, b)``; ``matmul(x, B)`` (``W = Bᵀ``; for every rank of ``x``
+    ``matmul`` with a matrix computes what ``linear`` does); ``addmm(b, x, B)`` with ``beta``
+    and ``alpha`` 1 where ``x`` is proved a matrix (made by ``view``/``reshape`` to two sizes,
+    as GPT-2's ``Conv1D`` makes it: ``addmm`` raises for any other rank, ``linear`` would
+    not). Else None."""
+    if node.owning_block is None:
         return None
-    known_w, weight = constant_value(node.inputs[1])
-    known_b, bias = constant_value(node.inputs[2])
-    if not (known_w and isinstance(weight, torch.Tensor) and weight.dim() == 2
-            and weight.dtype.is_floating_point and weight.layout == torch.strided
-            and not weight.is_meta and 0 < weight.numel() < LINEAR_MIN_WEIGHT):
+    if node.schema == _LINEAR and len(node.inputs) == 3:
+        x, weight, bias = node.inputs
+        transposed = False
+    elif node.schema == _MATMUL:
+        (x, weight), bias, transposed = node.inputs, None, True
+    elif node.schema == _ADDMM and _is_matrix(node.inputs[1]) \
+            and all(constant_value(v) == (True, 1) for v in node.inputs[3:]):
+        bias, x, weight = node.inputs[:3]
+        transposed = True
+    else:
         return None
-    if not known_b or not (bias is None or (
-            isinstance(bias, torch.Tensor) and bias.dtype is weight.dtype
-            and bias.layout == torch.strided and tuple(bias.shape) == weight.shape[:1])):
+    known_w, w = constant_value(weight)
+    known_b, b = constant_value(bias) if bias is not None else (True, None)
+    if not (known_w and isinstance(w, torch.Tensor) and w.dim() == 2
+            and w.dtype.is_floating_point and w.layout == torch.strided
+            and not w.is_meta and 0 < w.numel() < LINEAR_MIN_WEIGHT):
         return None
-    if not _layout_blind(node.output, direct=True):
+    w = w.t() if transposed else w
+    if not known_b or not (b is None or (
+            isinstance(b, torch.Tensor) and b.dtype is w.dtype
+            and b.layout == torch.strided and tuple(b.shape) == w.shape[:1])):
         return None
-    return (node.inputs[0], node.owning_block, weight.dtype, weight.shape[1])
+    return x, w, b
+
+
+def _is_matrix(x: Value) -> bool:
+    """Whether ``x`` is made by ``view``/``reshape`` to a list of two sizes."""
+    if x.node.schema_name() not in (_VIEW, "aten::reshape"):
+        return False
+    sizes = x.node.inputs[1]
+    known, value = constant_value(sizes)
+    if known:
+        return isinstance(value, (list, tuple)) and len(value) == 2
+    return sizes.node.kind == "prim::ListConstruct" and len(sizes.node.inputs) == 2
 
 
 def _layout_blind(value: Value, direct: bool) -> bool:
@@ -119,17 +156,19 @@ def _layout_blind(value: Value, direct: bool) -> bool:
     return True
 
 
-def _pack(graph: Graph, siblings: list[Node]) -> None:
-    first = siblings[0]  # (walk order: the first in its block)
-    weights = [constant_value(n.inputs[1])[1] for n in siblings]
-    biases = [constant_value(n.inputs[2])[1] for n in siblings]
+def _pack(graph: Graph, siblings: list[tuple[Node, torch.Tensor, torch.Tensor | None]]
+          ) -> None:
+    first = siblings[0][0]  # (walk order: the first in its block)
+    x = _product(first)[0]
+    weights = [w for _, w, _ in siblings]
+    biases = [b for _, _, b in siblings]
     with torch.no_grad():
         weight = torch.cat([w.detach() for w in weights]).contiguous()
         bias = None if all(b is None for b in biases) else torch.cat(
             [torch.zeros(w.shape[0], dtype=w.dtype) if b is None else b.detach()
              for w, b in zip(weights, biases, strict=True)])
     packed = graph.create("aten::linear", [
-        first.inputs[0], graph.constant(weight, T.Tensor, before=first),
+        x, graph.constant(weight, T.Tensor, before=first),
         graph.constant(bias, T.Tensor if bias is not None else T.NoneT, before=first)],
         output_types=[first.output.type])
     packed.schema, packed.source = _LINEAR, first.source
@@ -137,7 +176,7 @@ def _pack(graph: Graph, siblings: list[Node]) -> None:
     minus_one = graph.constant(-1, T.Int, before=first)
     step = graph.constant(1, T.Int, before=first)
     start = 0
-    for node, w in zip(siblings, weights, strict=True):
+    for node, w, _ in siblings:
         end = start + w.shape[0]
         part = graph.create("aten::slice", [
             packed.output, minus_one, graph.constant(start, T.Int, before=first),

@@ -193,10 +193,19 @@ def test_grouped_query_attention_is_fused(how):
           [torch.randn(3, 12, 32, generator=g), causal(12, "add")])
 
 
-def test_zoo_decoders_attention_is_fused():
+def test_masked_attention_of_a_query_computed_anew_not_fused():
+    """Rotary embeddings (an element-wise product) make the query a contiguous (batch, heads,
+    L, d) tensor, where the fused kernel was measured slower with a mask: left alone, as in
+    the zoo's LLaMA-style decoders."""
+    src = """
+def f(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor, mask: torch.Tensor):
+    q = q * 1.5
+    probs = torch.softmax(torch.matmul(q, k_t) / 2.5 + mask, -1)
+    return torch.matmul(probs, v)
+"""
+    assert MASKED not in kinds(src)
     from benchmarks.zoo import ZOO
 
     for name in ("llama_scripted", "moe_top2"):
         graph = sr.StaticModule(ZOO[name].scripted()).graph
-        found = [n.kind for n in graph.walk()]
-        assert found.count(MASKED) == 2, name
+        assert MASKED not in [n.kind for n in graph.walk()], name

@@ -148,3 +148,30 @@ def test_option_switches_packing_off():
     model = seeded(SelfAttention())
     off = sr.StaticModuleOptions(pack_linears=False)
     assert [n.kind for n in sr.prepare(script(model), off).walk()].count("aten::linear") == 3
+
+
+MATMULS = """
+def f(x: torch.Tensor):
+    b1 = torch.ones(6, 4) * 0.5
+    b2 = torch.ones(6, 5) * 0.25
+    bias = torch.ones(4) * 0.1
+    x2 = x.view(-1, 6)
+    a = torch.addmm(bias, x2, b1)
+    m = torch.matmul(x2, b2)
+    return (a * 2.0).mean(-1) + m.mean(-1)
+"""
+
+
+def test_matmul_and_addmm_with_constant_matrices_packed_with_each_other():
+    found = kinds(MATMULS, only("pack_linears", constant_propagation=True))
+    assert found.count("aten::linear") == 1 and "aten::addmm" not in found \
+        and "aten::matmul" not in found
+    check(MATMULS, [rows(2, 3, 6)], [rows(5, 6, seed=1)])
+
+
+def test_addmm_of_an_input_of_unknown_rank_not_packed():
+    """``addmm`` raises for a 3-D input; the linear it would become would not."""
+    src = MATMULS.replace("x2 = x.view(-1, 6)", "x2 = x")
+    found = kinds(src, only("pack_linears", constant_propagation=True))
+    assert "aten::addmm" in found and "aten::slice" not in found
+    check(src, [rows(2, 3, 6)], [rows(5, 6, seed=1)])

@@ -138,13 +138,30 @@ def _sdpa_faster(query, mask_kind: str | None) -> bool:
     return mask_kind != "add" and slices >= SDPA_SLICES and length >= SDPA_LONG_QUERY
 
 
+def _scaled_scores(query, key_t, scale, divide: bool):
+    """``matmul(query, key_t)`` scaled as written — in place where the product is a float
+    tensor, which it owns (one allocation fewer than the operators it replaced; the values
+    are theirs)."""
+    scores = torch.matmul(query, key_t)
+    if scale is None:
+        return scores
+    if scores.is_floating_point():
+        return scores.div_(scale) if divide else scores.mul_(scale)
+    return torch.div(scores, scale) if divide else torch.mul(scores, scale)
+
+
+def _fits(mask, shape) -> bool:
+    """Whether ``mask`` broadcasts to ``shape`` without changing it."""
+    ms = mask.shape
+    return len(ms) <= len(shape) and all(
+        m == 1 or m == s for m, s in zip(reversed(ms), reversed(shape)))
+
+
 def _sdpa_mask(query, key_t, mask, mask_kind: str):
     """The mask as ``scaled_dot_product_attention`` takes it, or None where the fused kernel
     would not compute the same: another dtype, a broadcast that changes the scores' shape, or
     a query row masked entirely."""
-    scores_shape = (*query.shape[:3], key_t.shape[3])
-    ms = mask.shape
-    if len(ms) > 4 or any(m != 1 and m != s for m, s in zip(reversed(ms), reversed(scores_shape))):
+    if not _fits(mask, (*query.shape[:3], key_t.shape[3])):
         return None
     # a run on meta or fake tensors (planning, shape programs) has no data to look at: it
     # takes the fused kernel's shapes and strides, as most real calls will
@@ -221,16 +238,14 @@ def _attention(node: Node):
     if node.schema != ATTENTION:
         return None
     sdpa = torch._C._nn.scaled_dot_product_attention
-    matmul, softmax, mul, div = torch.matmul, torch.softmax, torch.mul, torch.div
+    matmul, softmax = torch.matmul, torch.softmax
 
     @labelled("scaled_dot_product_attention, or matmul-softmax-matmul (by layout)")
     def attention(query, key_t, value, scale, divide, dim):
         if _sdpa_fits(query, key_t, value, dim) and _sdpa_faster(query, None):
             factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
             return sdpa(query, key_t.transpose(-2, -1), value, scale=factor)
-        scores = matmul(query, key_t)
-        if scale is not None:
-            scores = div(scores, scale) if divide else mul(scores, scale)
+        scores = _scaled_scores(query, key_t, scale, divide)
         return matmul(softmax(scores, dim), value)
 
     return attention
@@ -241,7 +256,7 @@ def _masked_attention(node: Node):
     if node.schema != MASKED_ATTENTION:
         return None
     sdpa = torch._C._nn.scaled_dot_product_attention
-    matmul, softmax, mul, div = torch.matmul, torch.softmax, torch.mul, torch.div
+    matmul, softmax = torch.matmul, torch.softmax
 
     @labelled("scaled_dot_product_attention, or matmul-mask-softmax-matmul (by layout, size "
               "and mask)")
@@ -253,10 +268,16 @@ def _masked_attention(node: Node):
                 factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
                 return sdpa(query, key_t.transpose(-2, -1), value, attn_mask=attn_mask,
                             scale=factor)
-        scores = matmul(query, key_t)
-        if scale is not None:
-            scores = div(scores, scale) if divide else mul(scores, scale)
-        return matmul(softmax(apply(scores, mask), dim), value)
+        scores = _scaled_scores(query, key_t, scale, divide)
+        if mask_kind != "keep" and scores.is_floating_point() and _fits(mask, scores.shape) \
+                and (mask.dtype is scores.dtype if mask_kind == "add" else
+                     mask.dtype is torch.bool):
+            # the scores are ours and the mask leaves their shape and dtype: mask in place
+            masked = scores.add_(mask) if mask_kind == "add" \
+                else scores.masked_fill_(mask, float("-inf"))
+        else:
+            masked = apply(scores, mask)
+        return matmul(softmax(masked, dim), value)
 
     return masked_attention
 
