@@ -242,7 +242,7 @@ def _attention(node: Node):
 
     @labelled("scaled_dot_product_attention, or matmul-softmax-matmul (by layout)")
     def attention(query, key_t, value, scale, divide, dim):
-        if _sdpa_fits(query, key_t, value, dim) and _sdpa_faster(query, None):
+        if query.dim() == 4 and _sdpa_faster(query, None) and _sdpa_fits(query, key_t, value, dim):
             factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
             return sdpa(query, key_t.transpose(-2, -1), value, scale=factor)
         scores = _scaled_scores(query, key_t, scale, divide)
@@ -257,27 +257,22 @@ def _masked_attention(node: Node):
         return None
     sdpa = torch._C._nn.scaled_dot_product_attention
     matmul, softmax = torch.matmul, torch.softmax
+    min_slices = SDPA_SLICES
 
     @labelled("scaled_dot_product_attention, or matmul-mask-softmax-matmul (by layout, size "
               "and mask)")
     def masked_attention(query, key_t, value, scale, divide, dim, mask, mask_kind):
         apply = _mask_kind(mask_kind)
-        if _sdpa_fits(query, key_t, value, dim) and _sdpa_faster(query, mask_kind):
+        qs = query.shape  # (the cheapest refusal first: the written-out form is the common one)
+        if len(qs) == 4 and qs[0] * qs[1] >= min_slices and _sdpa_faster(query, mask_kind) \
+                and _sdpa_fits(query, key_t, value, dim):
             attn_mask = _sdpa_mask(query, key_t, mask, mask_kind)
             if attn_mask is not None:
                 factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
                 return sdpa(query, key_t.transpose(-2, -1), value, attn_mask=attn_mask,
                             scale=factor)
         scores = _scaled_scores(query, key_t, scale, divide)
-        if mask_kind != "keep" and scores.is_floating_point() and _fits(mask, scores.shape) \
-                and (mask.dtype is scores.dtype if mask_kind == "add" else
-                     mask.dtype is torch.bool):
-            # the scores are ours and the mask leaves their shape and dtype: mask in place
-            masked = scores.add_(mask) if mask_kind == "add" \
-                else scores.masked_fill_(mask, float("-inf"))
-        else:
-            masked = apply(scores, mask)
-        return matmul(softmax(masked, dim), value)
+        return matmul(softmax(apply(scores, mask), dim), value)
 
     return masked_attention
 
