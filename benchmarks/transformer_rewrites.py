@@ -8,9 +8,10 @@ of the cases here has) — checked against the TorchScript interpreter, then tim
 alternation (the order reversed every other round), one thread, inference mode: the median
 of ``--repeats`` samples of about 20 ms each, on this thread's CPU clock (steadier than wall
 time on a shared machine). Cases: the zoo's transformers (``zoo:NAME:BATCH``) and
-``bert_eager:BATCH``, the zoo's ``hf_bert`` built with ``attn_implementation="eager"`` (the
-written-out attention with an added float mask that older exports and TorchScript files
-carry).
+``bert_eager:BATCH[:LENGTH]``, the zoo's ``hf_bert`` built with
+``attn_implementation="eager"`` (the written-out attention with an added float mask that
+older exports and TorchScript files carry), on padded inputs of ``LENGTH`` tokens (32, as the
+zoo's, unless given).
 
     python benchmarks/transformer_rewrites.py                         # ~6 minutes
     python benchmarks/transformer_rewrites.py --cases bert_eager:1,zoo:hf_bert:8
@@ -29,7 +30,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import static_runtime as sr  # noqa: E402
+import static_runtime as sr
 
 CONFIGS = {
     "new": {},
@@ -43,28 +44,33 @@ ZOO_CASES = [f"zoo:{name}:{b}" for name, batches in (
     ("moe_top2", (1, 8)), ("hf_t5", (1, 4)), ("hf_bart", (1, 4)), ("hf_vit", (1, 8)),
     ("hf_swin", (1, 8)), ("hf_wav2vec2", (1, 4)), ("hf_whisper_encoder", (1, 8)))
     for b in batches]
-CASES = ["bert_eager:1", "bert_eager:8", *ZOO_CASES]
+CASES = ["bert_eager:1", "bert_eager:8", "bert_eager:1:128", "bert_eager:8:128", *ZOO_CASES]
 
 
 def _case(case: str) -> tuple[torch.jit.ScriptModule, tuple]:
     from benchmarks.zoo import ZOO
 
-    name, batch = case.rsplit(":", 1)
-    if name == "bert_eager":
+    if case.startswith("bert_eager:"):
         import transformers
 
-        from benchmarks.zoo.spec import hf_config
+        from benchmarks.zoo.spec import hf_config, padding_mask, token_ids
 
-        model = ZOO["hf_bert"]
+        batch, length = (int(n) for n in (case.split(":")[1:] + ["32"])[:2])
         torch.manual_seed(0)
         eager = transformers.BertModel(hf_config(
             transformers.BertConfig, vocab_size=1000, hidden_size=128, num_hidden_layers=2,
-            num_attention_heads=2, intermediate_size=512, max_position_embeddings=64,
+            num_attention_heads=2, intermediate_size=512, max_position_embeddings=512,
             attn_implementation="eager")).eval()
+
+        def inputs(b: int) -> tuple:
+            g = torch.Generator().manual_seed(0)
+            return token_ids(g, b, length, 1000), padding_mask(g, b, length)
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            scripted = torch.jit.trace(eager, model.inputs(1), check_trace=False, strict=False)
-        return scripted.eval(), model.inputs(int(batch))
+            scripted = torch.jit.trace(eager, inputs(1), check_trace=False, strict=False)
+        return scripted.eval(), inputs(batch)
+    name, batch = case.rsplit(":", 1)
     model = ZOO[name[len("zoo:"):]]
     return model.scripted(), model.inputs(int(batch))
 
@@ -114,7 +120,7 @@ def main(cases: str, repeats: int) -> None:
         for _ in range(5):
             mods["new"](*inputs)
         calls = max(3, int(20_000 / max(1.0, (time.thread_time() - start) / 5 * 1e6)))
-        t = _time({k: (lambda m=m: m(*inputs)) for k, m in mods.items()}, calls, repeats)
+        t = _time({k: (lambda m=m, x=inputs: m(*x)) for k, m in mods.items()}, calls, repeats)
         b = t["before"]
         print(f"| {case} | {_changed(mods)} | {b:.1f} | {t['new']:.1f} | {t['new'] / b:.2f} | "
               f"{t['no_attention'] / b:.2f} | {t['no_pack'] / b:.2f} |", flush=True)
