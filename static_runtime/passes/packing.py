@@ -1,7 +1,7 @@
 """``pack_linears``: sibling linears on one input packed into one product, as ONNX Runtime
 packs attention's Q/K/V and a gated MLP's gate and up projections.
 
-Products with a constant weight that read the same value, in one block — ``linear``, and
+Products with a constant weight that read the same value in the top-level block — ``linear``, and
 ``matmul`` or ``addmm`` with a constant matrix, as traced, scripted and exported models show
 them (``_product``) — with weights of one floating dtype and the same number of input
 features ``K``, each weight smaller than ``LINEAR_MIN_WEIGHT`` elements, and constant biases
@@ -13,7 +13,11 @@ multiply-adds in one call instead of several: at the zoo's sizes (``M`` 16–256
 ``K = N`` 32–256) one ``addmm`` into ``(M, 3N)`` takes 0.45–0.97 × the time of three into
 ``(M, N)``, and from 512 × 512 weights the calls' fixed costs are lost in the work (and such a
 linear is ``fuse_linear_pointwise``'s, which takes its activation along), so those are left
-alone (``benchmarks/rewrites.py --pack-grid``).
+alone (``benchmarks/rewrites.py --pack-grid``). The gain needs the slices to be free: in the
+top-level block the packed product is planned in the arena and views of it are taken once
+per layout (``hoist_views``); inside an ``If`` or ``Loop`` body nothing is planned and each
+slice costs a call, which ate the gain (a mixture of experts' gate and up projections behind
+``if rows.numel() > 0``: 1.03–1.06 × slower packed), so bodies are left alone.
 
 The slices are not contiguous: each row of one is ``K`` apart from the next by the packed
 width, not its own. Where an output goes is therefore checked, transitively through the views
@@ -101,7 +105,7 @@ def _product(node: Node) -> tuple[Value, torch.Tensor, torch.Tensor | None] | No
     and ``alpha`` 1 where ``x`` is proved a matrix (made by ``view``/``reshape`` to two sizes,
     as GPT-2's ``Conv1D`` makes it: ``addmm`` raises for any other rank, ``linear`` would
     not). Else None."""
-    if node.owning_block is None:
+    if node.owning_block is not node.graph.block:
         return None
     if node.schema == _LINEAR and len(node.inputs) == 3:
         x, weight, bias = node.inputs

@@ -110,6 +110,15 @@ def f(x: torch.Tensor):
     a = torch.nn.functional.linear(x, w1).unsqueeze(0).view(-1)
     return a.sum() + torch.nn.functional.linear(x, w2).sum()
 """,
+    # inside a branch: nothing there is planned, each slice would cost a call
+    "in_a_branch": """
+def f(x: torch.Tensor, y: torch.Tensor):
+    w1 = torch.ones(6, 4)
+    w2 = torch.ones(6, 4) * 2.0
+    if bool(y.sum() > 0):
+        return torch.nn.functional.linear(x, w1) + torch.nn.functional.linear(x, w2)
+    return x.sum(1)
+""",
     # written in place
     "written_in_place": """
 def f(x: torch.Tensor, y: torch.Tensor):
