@@ -167,7 +167,10 @@ def _sdpa_mask(query, key_t, mask, mask_kind: str):
     # takes the fused kernel's shapes and strides, as most real calls will
     real = type(mask) is torch.Tensor and not mask.is_meta
     if mask_kind == "add":
-        if mask.dtype is not query.dtype or real and bool(torch.isneginf(mask).all(-1).any()):
+        # (a row's largest entry: one pass and a small result; isneginf(mask).all(-1) took
+        # 6 x longer on an (8, 1, 128, 128) mask, 78 µs, which ate the fused kernel's gain)
+        if mask.dtype is not query.dtype \
+                or real and bool(torch.isneginf(torch.amax(mask, -1)).any()):
             return None
         return mask
     if mask.dtype is not torch.bool:
