@@ -15,10 +15,10 @@ mask_kind)`` is the same with the scaled scores masked before the softmax: ``sco
 (``mask_kind`` ``"add"``), ``scores.masked_fill(mask, -inf)`` (``"fill"``) or
 ``where(mask, scores, -inf)`` (``"keep"``). The fused kernel serves under the conditions
 above (for masks, ``_sdpa_faster`` asks for more slices), for a mask it takes as it is: a
-float mask of the query's dtype, a
-boolean one for ``"fill"``/``"keep"``, broadcastable to the scores without changing their
-shape — and only when no query row is masked entirely: the written-out form gives NaN
-there, the fused kernel zeros (checked on each call, a few µs).
+float mask of the query's dtype, a boolean one for ``"fill"``/``"keep"``, broadcastable to
+the scores without changing their shape — and only when no query row is masked entirely:
+the written-out form gives NaN there, the fused kernel zeros (checked on each call by one
+reduction over the mask).
 
 ``static_runtime::conv2d_pointwise(input, weight, bias, stride, padding, dilation, groups,
 attr)`` is ``conv2d`` followed by the activation ``attr`` names: ``"none"``, ``"relu"``,
@@ -110,8 +110,8 @@ def _mask_kind(mask_kind: str):
 
 
 def _sdpa_fits(query, key_t, value, dim) -> bool:
-    """Whether ``scaled_dot_product_attention`` computes this attention, and was measured
-    faster: 4-D float tensors of one dtype, matching sizes, a softmax over the last dimension
+    """Whether ``scaled_dot_product_attention`` computes this attention on a key it need not
+    copy: 4-D float tensors of one dtype, matching sizes, a softmax over the last dimension
     and contiguous key rows (``key_t.stride(-2) == 1``)."""
     qs, ks, vs = query.shape, key_t.shape, value.shape
     return (len(qs) == 4 and len(ks) == 4 and len(vs) == 4 and dim in (-1, 3)
