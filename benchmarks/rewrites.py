@@ -16,8 +16,13 @@ A case ``zoo:NAME:BATCH`` is a model of the zoo (``benchmarks/zoo/``), checked a
 TorchScript interpreter on its traced or scripted module.
 
 Also: ``--sdpa-grid`` times ``scaled_dot_product_attention`` against the written-out
-matmul-softmax-matmul over batch, heads and query length (what
-``ops/native/fused.py``'s size rule is read from).
+matmul-softmax-matmul over batch, heads and query length on contiguous tensors
+(``benchmarks/attention_forms.py`` covers both layouts and the masked forms, which
+``ops/native/fused.py``'s rule is read from); ``--pack-grid`` times 2 and 3 sibling
+``addmm(out=)`` against one into their packed product (``passes/packing.py``).
+
+    python benchmarks/rewrites.py --options pack_linears,fuse_attention \
+        --cases zoo:hf_bert:1,zoo:hf_bert:8,zoo:llama_scripted:1,zoo:llama_scripted:4
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from rich.table import Table
 import static_runtime as sr
 from static_runtime.models import MODELS
 
-REWRITES = ("fuse_attention", "fuse_convolution", "fold_batchnorm", "inplace_activations",
+REWRITES = ("pack_linears", "fuse_attention", "fuse_convolution", "fold_batchnorm", "inplace_activations",
             "specialize_alpha", "variadic_cat_stack", "specialize_signature", "hoist_views",
             "variadic_sizes")
 CASES = ("mlp:1", "dlrm:1", "dlrm:256", "multi_head_attention:1", "multi_head_attention:64",
@@ -148,6 +153,34 @@ def sdpa_grid(repeats: int) -> list[dict]:
     return rows
 
 
+def pack_grid(repeats: int) -> list[dict]:
+    rows = []
+    with torch.inference_mode():
+        for parts in (2, 3):
+            for k in (32, 64, 128, 256, 512):
+                for m in (1, 16, 32, 128, 256):
+                    x = torch.randn(m, k)
+                    ws = [torch.randn(k, k) for _ in range(parts)]
+                    bs = [torch.randn(k) for _ in range(parts)]
+                    outs = [torch.empty(m, k) for _ in range(parts)]
+                    w_all, b_all = torch.cat(ws, 1), torch.cat(bs)
+                    out_all = torch.empty(m, parts * k)
+
+                    def separate(x=x, ws=ws, bs=bs, outs=outs):
+                        for w, b, o in zip(ws, bs, outs):
+                            torch.addmm(b, x, w, out=o)
+
+                    def packed(x=x, w=w_all, b=b_all, o=out_all):
+                        torch.addmm(b, x, w, out=o)
+
+                    calls = max(5, 2_000_000 // (m * k * k * parts) + 5)
+                    t = _time({"separate": separate, "packed": packed}, calls, repeats)
+                    rows.append({"parts": parts, "m": m, "k": k, "separate_us": t["separate"],
+                                 "packed_us": t["packed"],
+                                 "ratio": t["packed"] / t["separate"]})
+    return rows
+
+
 @click.command()
 @click.option("--options", default=",".join(REWRITES), help="Rewrite options, comma-separated.")
 @click.option("--cases", default=",".join(CASES), help="model:batch cases, comma-separated.")
@@ -156,16 +189,25 @@ def sdpa_grid(repeats: int) -> list[dict]:
 @click.option("--threads", type=int, default=1, show_default=True)
 @click.option("--clock", type=click.Choice(sorted(CLOCK)), default="wall", show_default=True)
 @click.option("--sdpa-grid", is_flag=True, help="Time SDPA against the written-out form.")
+@click.option("--pack-grid", is_flag=True, help="Time sibling GEMMs against one packed GEMM.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("benchmarks/results/rewrites.json"), show_default=True)
 def main(options: str, cases: str, calls: int | None, repeats: int, threads: int,
-         clock: str, sdpa_grid: bool, json_path: Path) -> None:
+         clock: str, sdpa_grid: bool, pack_grid: bool, json_path: Path) -> None:
     global _clock
     _clock = CLOCK[clock]
     torch.set_num_threads(threads)
     console = Console()
     result: dict = {"threads": threads, "clock": clock, "torch": torch.__version__}
-    if sdpa_grid:
+    if pack_grid:
+        rows = globals()["pack_grid"](repeats)
+        table = Table("linears", "M", "K = N", "separate µs", "packed µs", "packed ÷ separate")
+        for r in rows:
+            table.add_row(str(r["parts"]), str(r["m"]), str(r["k"]), f"{r['separate_us']:.1f}",
+                          f"{r['packed_us']:.1f}", f"{r['ratio']:.2f}")
+        console.print(table)
+        result["pack_grid"] = rows
+    elif sdpa_grid:
         rows = globals()["sdpa_grid"](repeats)
         table = Table("heads", "length", "batch", "written out µs", "SDPA µs", "SDPA ÷ written")
         for r in rows:

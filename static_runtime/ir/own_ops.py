@@ -29,6 +29,11 @@ SPECIALIZED_SCHEMAS = {
 #: no scaling when ``scale`` is None).
 ATTENTION = ("static_runtime::attention(Tensor query, Tensor key_t, Tensor value, Scalar? scale, "
              "bool divide, int dim) -> Tensor")
+#: ``attention`` with a mask applied to the scaled scores as ``mask_kind`` says: ``"add"``
+#: (``scores + mask``), ``"fill"`` (``masked_fill(mask, -inf)``), ``"keep"``
+#: (``where(mask, scores, -inf)``).
+MASKED_ATTENTION = ("static_runtime::masked_attention(Tensor query, Tensor key_t, Tensor value, "
+                    "Scalar? scale, bool divide, int dim, Tensor mask, str mask_kind) -> Tensor")
 #: ``conv2d`` followed by the activation ``attr`` names.
 CONV2D_POINTWISE = ("static_runtime::conv2d_pointwise(Tensor input, Tensor weight, Tensor? bias, "
                     "int[] stride, int[] padding, int[] dilation, int groups, str attr) -> Tensor")
@@ -45,7 +50,8 @@ GRU = ("static_runtime::gru(Tensor input, Tensor hx, Tensor[] params, bool has_b
        "-> (Tensor, Tensor)")
 
 #: Every schema this module declares.
-SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, CONV2D_POINTWISE, LINEAR_POINTWISE, LSTM, GRU)
+SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
+           LINEAR_POINTWISE, LSTM, GRU)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

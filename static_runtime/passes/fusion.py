@@ -6,6 +6,16 @@ attention, with the scaling ``* s``, ``/ s`` (``mul``/``div``, ``.Scalar`` or, a
 ``static_runtime::attention`` node, which runs ``scaled_dot_product_attention`` where that is
 faster. Only when each intermediate (scores, scaled scores, weights) has that chain as its
 only user, all in one block, ``s`` is a constant number and ``softmax`` has no ``dtype``.
+With a mask between the scaling and the softmax — ``scores + mask`` (a float mask, as
+causal and padding masks are added; ``alpha`` 1), ``scores.masked_fill(mask, -inf)`` or
+``torch.where(mask, scores, -inf)`` (a boolean mask) — it becomes
+``static_runtime::masked_attention``, which also takes the mask and how it applies. Grouped-
+query attention needs nothing more: the key and value heads repeated (``repeat_interleave``,
+or ``expand`` + ``reshape`` as Meta's ``repeat_kv``) are the operands the fused node reads.
+A ``masked_fill`` with a finite value is left alone (it replaces a score where the fused
+kernel would add to it; a row masked entirely would differ), and so is masked attention
+whose query is computed anew rather than a view of a projection (``_may_be_head_view``:
+rotary embeddings make it contiguous, and there the fused kernel was measured slower).
 
 ``fuse_convolution``: ``conv2d`` with a constant weight and bias, and constant stride,
 padding, dilation and groups, becomes ``static_runtime::conv2d_pointwise``, taking a ``relu``
@@ -38,8 +48,13 @@ from __future__ import annotations
 import torch
 
 from static_runtime.ir import types as T
-from static_runtime.ir.graph import RETURN, Graph, Node, Value
-from static_runtime.ir.own_ops import ATTENTION, CONV2D_POINTWISE, LINEAR_POINTWISE
+from static_runtime.ir.graph import PARAM, RETURN, Graph, Node, Value
+from static_runtime.ir.own_ops import (
+    ATTENTION,
+    CONV2D_POINTWISE,
+    LINEAR_POINTWISE,
+    MASKED_ATTENTION,
+)
 from static_runtime.passes.constant_propagation import constant_value
 
 _MATMUL = "aten::matmul(Tensor self, Tensor other) -> Tensor"
@@ -95,30 +110,104 @@ def _fuse_attention_at(graph: Graph, last: Node) -> bool:
         return False
     scores = softmax.inputs[0]
     chain = [last, softmax]
+    scores_user = softmax
+    masking = _mask_step(scores.node)
+    if masking is not None:
+        if not _only_use_is(scores, softmax):
+            return False
+        step, mask, mask_kind = masking
+        chain.append(step)
+        scores_user, scores = step, _masked_operand(step, mask_kind, mask)
     scale, divide = None, False
     if scores.node.schema in _SCALE:
         scaling = scores.node
         known, scale = constant_value(scaling.inputs[1])
-        if not (known and type(scale) in (int, float)) or not _only_use_is(scores, softmax):
+        if not (known and type(scale) in (int, float)) or not _only_use_is(scores, scores_user):
             return False
         divide = _SCALE[scaling.schema]
         chain.append(scaling)
         scores_user, scores = scaling, scaling.inputs[0]
-    else:
-        scores_user = softmax
     first = scores.node
     if first.schema != _MATMUL or not _only_use_is(scores, scores_user):
         return False
     chain.append(first)
     query, key_t = first.inputs
+    if masking is not None and not _may_be_head_view(query):
+        return False
 
     consts = [graph.constant(scale, T.Float if type(scale) is float else T.Int, before=last)
               if scale is not None else graph.constant(None, T.NoneT, before=last),
               graph.constant(divide, T.Bool, before=last),
               graph.constant(dim, T.Int, before=last)]
-    graph.replace_node(last, "static_runtime::attention", [query, key_t, value, *consts],
-                       schema=ATTENTION, remove=chain)  # chain: users before producers
+    if masking is None:
+        graph.replace_node(last, "static_runtime::attention", [query, key_t, value, *consts],
+                           schema=ATTENTION, remove=chain)  # chain: users before producers
+    else:
+        kind_value = graph.constant(mask_kind, T.Str, before=last)
+        graph.replace_node(last, "static_runtime::masked_attention",
+                           [query, key_t, value, *consts, mask, kind_value],
+                           schema=MASKED_ATTENTION, remove=chain)
     return True
+
+
+_ADDS = ("static_runtime::add.Tensor(Tensor self, Tensor other) -> Tensor",
+         "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor")
+_MASKED_FILL = "aten::masked_fill.Scalar(Tensor self, Tensor mask, Scalar value) -> Tensor"
+_WHERE = "aten::where.ScalarOther(Tensor condition, Tensor self, Scalar other) -> Tensor"
+
+
+def _mask_step(node: Node) -> tuple[Node, Value, str] | None:
+    """``(node, mask, kind)`` if ``node`` masks attention scores: ``scores + mask`` or ``mask +
+    scores`` (kind ``"add"``, ``alpha`` 1), ``scores.masked_fill(mask, -inf)`` (``"fill"``), or
+    ``where(mask, scores, -inf)`` (``"keep"``). Another fill value is not taken: a finite one
+    replaces a masked score where ``scaled_dot_product_attention`` would add to it.
+    For ``"add"`` the scores are the operand that is not returned as the mask; which one that
+    is, is decided by what produces it (``_masked_operand``)."""
+    if node.schema in _ADDS:
+        if node.schema == _ADDS[1]:
+            known, alpha = constant_value(node.inputs[2])
+            if not (known and type(alpha) in (int, float) and alpha == 1):
+                return None
+        a, b = node.inputs[:2]
+        # the scores are the operand a scaling or the first matmul produced
+        mask = b if _scores_like(a) else a if _scores_like(b) else None
+        return None if mask is None else (node, mask, "add")
+    if node.schema == _MASKED_FILL:
+        known, fill = constant_value(node.inputs[2])
+        if known and type(fill) is float and fill == float("-inf"):
+            return node, node.inputs[1], "fill"
+        return None
+    if node.schema == _WHERE:
+        known, fill = constant_value(node.inputs[2])
+        if known and type(fill) is float and fill == float("-inf"):
+            return node, node.inputs[0], "keep"
+    return None
+
+
+#: Views that can give a query heads inside its rows (``(batch, L, heads, d)`` seen as
+#: ``(batch, heads, L, d)``), the layout where the fused kernel beats the written-out form.
+_HEAD_VIEWS = frozenset({"aten::transpose.int", "aten::permute"})
+
+
+def _may_be_head_view(query: Value) -> bool:
+    """Whether ``query`` may be laid out as views of projections are: a graph input, or a
+    transposed or permuted view. A query computed anew (rotary embeddings, a copy) is a
+    contiguous ``(batch, heads, L, d)`` tensor, where the fused kernel loses to the written-out
+    form with an added mask (1.0–1.3 ×) and mostly with a boolean one
+    (``benchmarks/attention_forms.py --layout contiguous``), and where the fused node, running
+    the written-out form, would allocate what the unfused nodes write into the arena."""
+    return query.node.kind == PARAM or query.node.schema_name() in _HEAD_VIEWS
+
+
+def _scores_like(value: Value) -> bool:
+    return value.node.schema == _MATMUL or value.node.schema in _SCALE
+
+
+def _masked_operand(step: Node, kind: str, mask: Value) -> Value:
+    if kind == "add":
+        a, b = step.inputs[:2]
+        return a if b is mask else b
+    return step.inputs[0] if kind == "fill" else step.inputs[1]
 
 
 # --------------------------------------------------------------------------- convolution

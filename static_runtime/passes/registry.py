@@ -16,6 +16,7 @@ from static_runtime.passes.fusion import fuse_attention, fuse_convolution, fuse_
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.noops import remove_noops
+from static_runtime.passes.packing import pack_linears
 from static_runtime.passes.recurrent import compile_recurrent
 from static_runtime.passes.regions import fuse_regions
 from static_runtime.passes.transformer import fuse_transformer_encoder
@@ -37,6 +38,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "fuse_transformer_encoder": fuse_transformer_encoder,
         "scalarize_loop_counters": scalarize_loop_counters,
         "fold_batchnorm": fold_batchnorm,
+        "pack_linears": pack_linears,
         "fuse_attention": fuse_attention,
         "fuse_convolution": fuse_convolution,
         "fuse_linear_pointwise": fuse_linear_pointwise,

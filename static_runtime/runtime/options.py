@@ -49,7 +49,12 @@ class StaticModuleOptions:
     inplace_activations: bool = True
     #: batch_norm (inference) after a convolution with constant weights → folded into them
     fold_batchnorm: bool = True
-    #: matmul-softmax-matmul → scaled_dot_product_attention where measured faster
+    #: sibling linears on one input (attention's Q/K/V, a gated MLP's gate and up) with
+    #: constant weights under 512 × 512 → one linear and slices of its output, where every use
+    #: of an output reads it as values only (``passes/packing.py``)
+    pack_linears: bool = True
+    #: matmul-(scale)-(mask)-softmax-matmul → scaled_dot_product_attention where measured
+    #: faster (``passes/fusion.py``)
     fuse_attention: bool = True
     #: conv2d with constant weight (+ relu) → oneDNN prepacked, fused convolution
     fuse_convolution: bool = True

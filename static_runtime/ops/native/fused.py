@@ -2,12 +2,23 @@
 
 ``static_runtime::attention(query, key_t, value, scale, divide, dim)`` is
 ``matmul(softmax(matmul(query, key_t) * scale, dim), value)`` (``/ scale`` when ``divide``;
-no scaling when ``scale`` is None). It runs PyTorch's fused
-``scaled_dot_product_attention`` where that was measured faster — 4-D float tensors of
-matching batch and head sizes, softmax over the last dimension, and a query length of at
-most 8 or at most 8 batch × head slices (``benchmarks/sdpa_threshold.py``; at query length 16
-and 64 × 8 heads it is 1.4 × slower than the written-out form) — and the written-out
-operators otherwise, which are exactly the ones it replaced (same values, same errors).
+no scaling when ``scale`` is None). It runs PyTorch's fused ``scaled_dot_product_attention``
+where it computes the same and was measured faster — 4-D float tensors of matching batch
+and head sizes, softmax over the last dimension, a key whose rows are contiguous (``key_t``
+a transposed view, as models make it: ``key_t.stride(-2) == 1``; the fused kernel copies any
+other key, and then loses), and the layout and sizes ``_sdpa_faster`` names
+(``benchmarks/attention_forms.py``) — and the written-out operators otherwise, which are
+exactly the ones it replaced (same values, same errors).
+
+``static_runtime::masked_attention(query, key_t, value, scale, divide, dim, mask,
+mask_kind)`` is the same with the scaled scores masked before the softmax: ``scores + mask``
+(``mask_kind`` ``"add"``), ``scores.masked_fill(mask, -inf)`` (``"fill"``) or
+``where(mask, scores, -inf)`` (``"keep"``). The fused kernel serves under the conditions
+above (for masks, ``_sdpa_faster`` asks for more slices), for a mask it takes as it is: a
+float mask of the query's dtype, a boolean one for ``"fill"``/``"keep"``, broadcastable to
+the scores without changing their shape — and only when no query row is masked entirely:
+the written-out form gives NaN there, the fused kernel zeros (checked on each call by one
+reduction over the mask).
 
 ``static_runtime::conv2d_pointwise(input, weight, bias, stride, padding, dilation, groups,
 attr)`` is ``conv2d`` followed by the activation ``attr`` names: ``"none"``, ``"relu"``,
@@ -29,7 +40,7 @@ costs ~20 µs more per call, which only a large product hides; ``benchmarks/oned
 measured per row count on the machine (``ops/gemm.py``).
 
 Their schemas are declared in ``ir/own_ops.py``, as PyTorch operators too
-(``torch.ops.static_runtime.attention``...); this module gives those operators the unfused
+(``torch.ops.static_runtime.attention``...); this module gives those four operators the unfused
 composition as their implementation, so the fallback tier could run them.
 """
 
@@ -38,7 +49,12 @@ from __future__ import annotations
 import torch
 
 from static_runtime.ir.graph import Node
-from static_runtime.ir.own_ops import ATTENTION, CONV2D_POINTWISE, LINEAR_POINTWISE
+from static_runtime.ir.own_ops import (
+    ATTENTION,
+    CONV2D_POINTWISE,
+    LINEAR_POINTWISE,
+    MASKED_ATTENTION,
+)
 from static_runtime.ops.registry import (
     implement_torch_ops,
     labelled,
@@ -46,9 +62,20 @@ from static_runtime.ops.registry import (
     register_out_variant,
 )
 
-#: Largest query length, or batch × heads, at which the fused kernel is used.
-SDPA_MAX_QUERY_LENGTH = 8
-SDPA_MAX_SLICES = 8
+#: Batch × head slices from which masked attention may run the fused kernel, and up to which
+#: unmasked attention on contiguous tensors does (``_sdpa_faster``).
+SDPA_SLICES = 8
+#: Query length up to which unmasked attention on contiguous tensors runs the fused kernel,
+#: and from which masked attention with a boolean mask does.
+SDPA_SHORT_QUERY = 8
+SDPA_LONG_QUERY = 32
+
+#: ``masked_attention``'s ``mask_kind`` → how the mask applies to the scaled scores.
+MASK_KINDS = {
+    "add": lambda scores, mask: scores + mask,
+    "fill": lambda scores, mask: scores.masked_fill(mask, float("-inf")),
+    "keep": lambda scores, mask: torch.where(mask, scores, float("-inf")),
+}
 
 _FLOATS = (torch.float32, torch.float64)
 
@@ -59,6 +86,93 @@ def attention_reference(query, key_t, value, scale, divide: bool, dim: int):
     if scale is not None:
         scores = torch.div(scores, scale) if divide else torch.mul(scores, scale)
     return torch.matmul(torch.softmax(scores, dim), value)
+
+
+def masked_attention_reference(query, key_t, value, scale, divide: bool, dim: int, mask,
+                               mask_kind: str):
+    """The operators the fusion replaced, in their order."""
+    apply = _mask_kind(mask_kind)
+    scores = torch.matmul(query, key_t)
+    if scale is not None:
+        scores = torch.div(scores, scale) if divide else torch.mul(scores, scale)
+    return torch.matmul(torch.softmax(apply(scores, mask), dim), value)
+
+
+def _mask_kind(mask_kind: str):
+    if mask_kind not in MASK_KINDS:
+        raise ValueError(f"static_runtime::masked_attention: mask_kind must be one of "
+                         f"{sorted(MASK_KINDS)}, got {mask_kind!r}")
+    return MASK_KINDS[mask_kind]
+
+
+def _sdpa_fits(query, key_t, value, dim) -> bool:
+    """Whether ``scaled_dot_product_attention`` computes this attention on a key it need not
+    copy: 4-D float tensors of one dtype, matching sizes, a softmax over the last dimension
+    and contiguous key rows (``key_t.stride(-2) == 1``)."""
+    qs, ks, vs = query.shape, key_t.shape, value.shape
+    return (len(qs) == 4 and len(ks) == 4 and len(vs) == 4 and dim in (-1, 3)
+            and qs[:2] == ks[:2] == vs[:2] and qs[3] == ks[2] and ks[3] == vs[2]
+            and key_t.stride(2) == 1 and query.dtype in _FLOATS
+            and key_t.dtype is query.dtype and value.dtype is query.dtype)
+
+
+def _sdpa_faster(query, mask_kind: str | None) -> bool:
+    """Whether the fused kernel was measured faster than the written-out form
+    (``benchmarks/attention_forms.py``, both layouts). On views of ``(batch, L,
+    heads, d)`` projections (heads inside a row: ``query.stride(1) < query.stride(2)``) the
+    written-out products pay for the layout and the fused kernel does not: it wins unmasked
+    everywhere (0.6–0.95 ×), masked from ``SDPA_SLICES`` slices (0.75–0.95 ×; below, the
+    mask check's few µs even it out). On contiguous ``(batch, heads, L, d)`` tensors unmasked
+    it wins for short queries or few slices (0.6–0.95 ×) and loses up to 1.3 × beyond; with
+    an added mask it never wins (1.0–1.3 ×); with a boolean mask from ``SDPA_SLICES`` slices
+    and ``SDPA_LONG_QUERY`` on (0.7–0.95 ×: ``masked_fill`` written out is slow)."""
+    slices, length = query.shape[0] * query.shape[1], query.shape[2]
+    if query.stride(1) < query.stride(2):
+        return mask_kind is None or slices >= SDPA_SLICES
+    if mask_kind is None:
+        return length <= SDPA_SHORT_QUERY or slices <= SDPA_SLICES
+    return mask_kind != "add" and slices >= SDPA_SLICES and length >= SDPA_LONG_QUERY
+
+
+def _scaled_scores(query, key_t, scale, divide: bool):
+    """``matmul(query, key_t)`` scaled as written — in place where the product is a float
+    tensor, which it owns (one allocation fewer than the operators it replaced; the values
+    are theirs)."""
+    scores = torch.matmul(query, key_t)
+    if scale is None:
+        return scores
+    if scores.is_floating_point():
+        return scores.div_(scale) if divide else scores.mul_(scale)
+    return torch.div(scores, scale) if divide else torch.mul(scores, scale)
+
+
+def _fits(mask, shape) -> bool:
+    """Whether ``mask`` broadcasts to ``shape`` without changing it."""
+    ms = mask.shape
+    return len(ms) <= len(shape) and all(
+        m == 1 or m == s for m, s in zip(reversed(ms), reversed(shape)))
+
+
+def _sdpa_mask(query, key_t, mask, mask_kind: str):
+    """The mask as ``scaled_dot_product_attention`` takes it, or None where the fused kernel
+    would not compute the same: another dtype, a broadcast that changes the scores' shape, or
+    a query row masked entirely."""
+    if not _fits(mask, (*query.shape[:3], key_t.shape[3])):
+        return None
+    # a run on meta or fake tensors (planning, shape programs) has no data to look at: it
+    # takes the fused kernel's shapes and strides, as most real calls will
+    real = type(mask) is torch.Tensor and not mask.is_meta
+    if mask_kind == "add":
+        # (a row's largest entry: one pass and a small result; isneginf(mask).all(-1) took
+        # 6 x longer on an (8, 1, 128, 128) mask, 78 µs, which ate the fused kernel's gain)
+        if mask.dtype is not query.dtype \
+                or real and bool(torch.isneginf(torch.amax(mask, -1)).any()):
+            return None
+        return mask
+    if mask.dtype is not torch.bool:
+        return None
+    keep = torch.logical_not(mask) if mask_kind == "fill" else mask
+    return keep if not real or bool(keep.any(-1).all()) else None
 
 
 #: ``conv2d_pointwise``'s ``attr`` → (the activation, its in-place form, oneDNN's post-op
@@ -123,24 +237,43 @@ def _attention(node: Node):
     if node.schema != ATTENTION:
         return None
     sdpa = torch._C._nn.scaled_dot_product_attention
-    matmul, softmax, mul, div = torch.matmul, torch.softmax, torch.mul, torch.div
+    matmul, softmax = torch.matmul, torch.softmax
 
-    @labelled("scaled_dot_product_attention, or matmul-softmax-matmul (by size)")
+    @labelled("scaled_dot_product_attention, or matmul-softmax-matmul (by layout)")
     def attention(query, key_t, value, scale, divide, dim):
-        qs, ks, vs = query.shape, key_t.shape, value.shape
-        if (len(qs) == 4 and len(ks) == 4 and len(vs) == 4 and dim in (-1, 3)
-                and (qs[2] <= SDPA_MAX_QUERY_LENGTH or qs[0] * qs[1] <= SDPA_MAX_SLICES)
-                and qs[:2] == ks[:2] == vs[:2] and qs[3] == ks[2] and ks[3] == vs[2]
-                and query.dtype in _FLOATS and key_t.dtype is query.dtype
-                and value.dtype is query.dtype):
+        if query.dim() == 4 and _sdpa_faster(query, None) and _sdpa_fits(query, key_t, value, dim):
             factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
             return sdpa(query, key_t.transpose(-2, -1), value, scale=factor)
-        scores = matmul(query, key_t)
-        if scale is not None:
-            scores = div(scores, scale) if divide else mul(scores, scale)
+        scores = _scaled_scores(query, key_t, scale, divide)
         return matmul(softmax(scores, dim), value)
 
     return attention
+
+
+@register_native("static_runtime::masked_attention")
+def _masked_attention(node: Node):
+    if node.schema != MASKED_ATTENTION:
+        return None
+    sdpa = torch._C._nn.scaled_dot_product_attention
+    matmul, softmax = torch.matmul, torch.softmax
+    min_slices = SDPA_SLICES
+
+    @labelled("scaled_dot_product_attention, or matmul-mask-softmax-matmul (by layout, size "
+              "and mask)")
+    def masked_attention(query, key_t, value, scale, divide, dim, mask, mask_kind):
+        apply = _mask_kind(mask_kind)
+        qs = query.shape  # (the cheapest refusal first: the written-out form is the common one)
+        if len(qs) == 4 and qs[0] * qs[1] >= min_slices and _sdpa_faster(query, mask_kind) \
+                and _sdpa_fits(query, key_t, value, dim):
+            attn_mask = _sdpa_mask(query, key_t, mask, mask_kind)
+            if attn_mask is not None:
+                factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
+                return sdpa(query, key_t.transpose(-2, -1), value, attn_mask=attn_mask,
+                            scale=factor)
+        scores = _scaled_scores(query, key_t, scale, divide)
+        return matmul(softmax(apply(scores, mask), dim), value)
+
+    return masked_attention
 
 
 @register_native("static_runtime::conv2d_pointwise")
@@ -333,5 +466,6 @@ def _linear_pointwise(node: Node):
 
 
 implement_torch_ops(((ATTENTION, attention_reference),
+                     (MASKED_ATTENTION, masked_attention_reference),
                      (CONV2D_POINTWISE, conv2d_pointwise_reference),
                      (LINEAR_POINTWISE, linear_pointwise_reference)))
