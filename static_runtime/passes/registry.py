@@ -13,8 +13,8 @@ from static_runtime.passes.fold import fold_batchnorm
 from static_runtime.passes.functionalize import functionalize
 from static_runtime.passes.fusion import fuse_attention, fuse_convolution, fuse_linear_pointwise
 from static_runtime.passes.inline import inline
-from static_runtime.passes.layout import channels_last
 from static_runtime.passes.inplace import inplace_activations
+from static_runtime.passes.layout import channels_last
 from static_runtime.passes.noops import remove_noops
 from static_runtime.passes.recurrent import compile_recurrent
 from static_runtime.passes.regions import fuse_regions
