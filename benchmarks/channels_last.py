@@ -1,10 +1,10 @@
 """Conv nets with and without activations kept channels-last (issue 19 item 3), beside ONNX
-Runtime, in one process, one thread.
+Runtime, in one process, one thread (the thread's CPU time unless `--clock wall`).
 
 For each conv model of the zoo (and the built-in ``resnet_small``) this builds our runtime
 under several option sets, and ORT's session through ``compare.make_runners``, then times
-them in alternation: ``--repeats`` rounds, each runner a sample of ``--calls`` calls per
-round (or enough calls to last ``--sample-ms``), µs per call as the median of the samples.
+them in alternation: ``--repeats`` rounds (the order reversed every other round), each runner
+a sample of enough calls to last ``--sample-ms`` per round, µs per call as the median.
 Every variant's output is checked against eager's before timing.
 
     python benchmarks/channels_last.py                       # the conv models, ~2 min
@@ -38,6 +38,7 @@ VARIANTS = {
     "on": {"channels_last": True},
     "off+measure": {"channels_last": False, "kernel_choice": "measure"},
     "on+measure": {"channels_last": True, "kernel_choice": "measure"},
+    "off again": {"channels_last": False},  # an A/A control: what the method cannot resolve
 }
 
 
@@ -56,11 +57,18 @@ def _model(name: str, batch: int):
     return model, torch.jit.script(model), inputs
 
 
+#: The clock: the calling thread's CPU time by default — on a loaded machine it leaves out
+#: the time other processes hold the core (one thread: torch and ORT both compute on the
+#: calling thread); ``--clock wall`` for wall-clock time.
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+_clock = CLOCKS["cpu"]
+
+
 def _time(fn, calls: int) -> float:
-    start = time.perf_counter()
+    start = _clock()
     for _ in range(calls):
         fn()
-    return (time.perf_counter() - start) / calls * 1e6
+    return (_clock() - start) / calls * 1e6
 
 
 def run_model(name: str, batch: int, variants: list[str], repeats: int, sample_ms: float,
@@ -92,10 +100,11 @@ def run_model(name: str, batch: int, variants: list[str], repeats: int, sample_m
     calls = {k: max(3, min(500, round(sample_ms * 1e3 / max(_time(fn, 3), 1.0))))
              for k, fn in runners.items()}
     samples: dict[str, list[float]] = {k: [] for k in runners}
+    order = list(runners)
     with torch.inference_mode():
-        for _ in range(repeats):
-            for k, fn in runners.items():
-                samples[k].append(_time(fn, calls[k]))
+        for round_ in range(repeats):  # the order reversed every other round: no runner
+            for k in (order if round_ % 2 == 0 else order[::-1]):  # always follows another
+                samples[k].append(_time(runners[k], calls[k]))
     return {k: statistics.median(s) for k, s in samples.items()}
 
 
@@ -108,23 +117,26 @@ def run_model(name: str, batch: int, variants: list[str], repeats: int, sample_m
 @click.option("--sample-ms", default=20.0, show_default=True)
 @click.option("--no-ort", is_flag=True)
 @click.option("--cache-dir", default=None, help="Kernel-choice cache (default: a fresh one).")
+@click.option("--clock", type=click.Choice(list(CLOCKS)), default="cpu", show_default=True)
 def main(models: str, batch: int, variants: str, repeats: int, sample_ms: float, no_ort: bool,
-         cache_dir: str | None) -> None:
+         cache_dir: str | None, clock: str) -> None:
     import os
 
+    global _clock
+    _clock = CLOCKS[clock]
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     os.environ.setdefault("STATIC_RUNTIME_CACHE_DIR", cache_dir or tempfile.mkdtemp())
     names = variants.split(",")
     cols = names + ([] if no_ort else ["ORT"])
-    print(f"batch {batch}, 1 thread, µs per call (median of {repeats} samples)")
-    print(f"{'model':<18}" + "".join(f"{c:>12}" for c in cols)
-          + "".join(f"{c + '÷ORT':>14}" for c in ([] if no_ort else names)))
+    print(f"batch {batch}, 1 thread, µs per call ({clock} time; median of {repeats} samples)")
+    print(f"{'model':<18}" + "".join(f"{c:>13}" for c in cols)
+          + "".join(f"{c + ' ÷ORT':>17}" for c in ([] if no_ort else names)))
     for name in models.split(","):
         res = run_model(name, batch, names, repeats, sample_ms, not no_ort)
-        line = f"{name:<18}" + "".join(f"{res.get(c, float('nan')):>12.1f}" for c in cols)
+        line = f"{name:<18}" + "".join(f"{res.get(c, float('nan')):>13.1f}" for c in cols)
         if "ORT" in res:
-            line += "".join(f"{res[c] / res['ORT']:>14.2f}" for c in names)
+            line += "".join(f"{res[c] / res['ORT']:>17.2f}" for c in names)
         print(line, flush=True)
 
 

@@ -212,3 +212,20 @@ def test_switched_off_leaves_the_graph_as_it_was():
     # it extends fuse_convolution, and is off with it
     ks = kinds(net, sr.StaticModuleOptions(channels_last=True, fuse_convolution=False))
     assert "static_runtime::layout_as" not in ks and "static_runtime::conv2d_pointwise" not in ks
+
+
+def test_exported_program_and_saved_module(tmp_path):
+    model = UNetish().eval()
+    x = images(1, 8)[0]
+    exported = torch.export.export(model, (x,))
+    mod = sr.StaticModule(exported, options=ON)
+    assert "static_runtime::layout_as" in [n.kind for n in mod.graph.walk()]
+    for inp in (x, images(1, 8, seed=5)[0]):
+        got, expected = mod(inp), model(inp)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+        assert got.stride() == expected.stride()
+    path = tmp_path / "unetish.srm"
+    mod.save(path)
+    loaded = sr.load(path)
+    torch.testing.assert_close(loaded(x), model(x), rtol=1e-4, atol=1e-5)
+    assert loaded(x).stride() == model(x).stride()
