@@ -80,6 +80,7 @@ def run_model(name: str, batch: int, variants: list[str], repeats: int, sample_m
     with torch.inference_mode():
         expected = model(*inputs)
     runners: dict[str, object] = {}
+    choices: dict[str, str] = {}
     for v in variants:
         options = sr.StaticModuleOptions(**VARIANTS[v])
         mod = sr.StaticModule(scripted, options=options)
@@ -87,6 +88,8 @@ def run_model(name: str, batch: int, variants: list[str], repeats: int, sample_m
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
         assert got.stride() == expected.stride(), (name, v, got.stride(), expected.stride())
         runners[v] = (lambda m=mod: m(*inputs))
+        if "kernel_choice" in VARIANTS[v]:
+            choices[v] = _choices(mod.describe())
     if ort:
         (peer,) = compare.make_runners(model, inputs, include=("onnxruntime",),
                                        scripted=scripted)
@@ -105,7 +108,23 @@ def run_model(name: str, batch: int, variants: list[str], repeats: int, sample_m
         for round_ in range(repeats):  # the order reversed every other round: no runner
             for k in (order if round_ % 2 == 0 else order[::-1]):  # always follows another
                 samples[k].append(_time(runners[k], calls[k]))
-    return {k: statistics.median(s) for k, s in samples.items()}
+    return {k: statistics.median(s) for k, s in samples.items()}, choices
+
+
+def _choices(description: str) -> str:
+    """``conv2d_pointwise: onednn 3, matmul 2; ...``: the kernels measurement chose."""
+    import collections
+    import re
+
+    counts: dict[str, collections.Counter] = {}
+    for line in description.splitlines():
+        if "by measurement" not in line:
+            continue
+        kind = line.split()[0].split("::")[-1]
+        for name in re.findall(r"threads=\d+: (\w+) \(", line):
+            counts.setdefault(kind, collections.Counter())[name] += 1
+    return "; ".join(f"{kind}: " + ", ".join(f"{n} {c}" for n, c in counter.most_common())
+                     for kind, counter in counts.items())
 
 
 @click.command()
@@ -133,11 +152,13 @@ def main(models: str, batch: int, variants: str, repeats: int, sample_ms: float,
     print(f"{'model':<18}" + "".join(f"{c:>13}" for c in cols)
           + "".join(f"{c + ' ÷ORT':>17}" for c in ([] if no_ort else names)))
     for name in models.split(","):
-        res = run_model(name, batch, names, repeats, sample_ms, not no_ort)
+        res, choices = run_model(name, batch, names, repeats, sample_ms, not no_ort)
         line = f"{name:<18}" + "".join(f"{res.get(c, float('nan')):>13.1f}" for c in cols)
         if "ORT" in res:
             line += "".join(f"{res[c] / res['ORT']:>17.2f}" for c in names)
         print(line, flush=True)
+        for v, chosen in choices.items():
+            print(f"{'':<18}{v} chose — {chosen}")
 
 
 if __name__ == "__main__":
