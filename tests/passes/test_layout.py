@@ -229,3 +229,24 @@ def test_exported_program_and_saved_module(tmp_path):
     loaded = sr.load(path)
     torch.testing.assert_close(loaded(x), model(x), rtol=1e-4, atol=1e-5)
     assert loaded(x).stride() == model(x).stride()
+
+
+def test_rank_broadcast_inside_the_region():
+    """``where`` with a 5-D condition makes a 5-D value out of a channels-last one; at the
+    output it comes back contiguous, as eager gives it, even for a channels-last input."""
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Conv2d(3, 4, 3, padding=1)
+
+        def forward(self, x, cond):
+            return torch.where(cond, torch.relu(self.a(x)), 0.5)
+
+    model = M().eval()
+    net = torch.jit.script(model)
+    x = images(2, 5)[0].contiguous(memory_format=CL)
+    cond = torch.rand(3, 2, 4, 5, 5) > 0.5
+    check(net, [x, cond], [images(1, 6)[0], torch.rand(2, 1, 4, 6, 6) > 0.5], options=OPTIONS)
+    got = sr.StaticModule(net, options=ON)(x, cond)
+    assert got.stride() == model(x, cond).stride()

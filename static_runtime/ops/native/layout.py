@@ -2,7 +2,7 @@
 activation kept channels-last leaves its region: ``self`` in the memory format eager PyTorch
 gives a convolution's output for an input like ``like`` — channels-last when ``like`` is a
 4-D tensor with channels-last strides that is not also contiguous (ATen's
-``suggest_memory_format``), contiguous otherwise. ``self`` itself when it already is (so the
+``suggest_memory_format``) and ``self`` is 4-D, contiguous otherwise. ``self`` itself when it already is (so the
 output may alias it, as the schema says), else one copy."""
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ def eager_format(like: torch.Tensor) -> torch.memory_format:
 
 
 def layout_as_reference(self: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if self.dim() != 4:  # (a rank broadcast up inside the region: no 4-D format applies)
+        return self.contiguous()
     return self.contiguous(memory_format=eager_format(like))
 
 
@@ -36,7 +38,8 @@ def _layout_as(node: Node):
 
     @labelled("to eager's memory format (channels-last activations leave their region)")
     def layout_as(x, like):
-        if like.dim() == 4 and not like.is_contiguous() and like.is_contiguous(memory_format=cl):
+        if x.dim() == 4 and like.dim() == 4 and not like.is_contiguous() \
+                and like.is_contiguous(memory_format=cl):
             return x.contiguous(memory_format=cl)
         return x.contiguous(memory_format=contiguous)
 
