@@ -40,6 +40,10 @@ CONV2D_POINTWISE = ("static_runtime::conv2d_pointwise(Tensor input, Tensor weigh
 #: ``linear`` followed by the activation ``attr`` names.
 LINEAR_POINTWISE = ("static_runtime::linear_pointwise(Tensor input, Tensor weight, "
                     "Tensor? bias, str attr) -> Tensor")
+#: ``self`` in the memory layout eager gives the model's output from ``like``'s (contiguous,
+#: or channels-last for a channels-last ``like``): where ``passes/layout.py`` ends a region
+#: of channels-last activations.
+LAYOUT_AS = "static_runtime::layout_as(Tensor(a) self, Tensor like) -> Tensor(a)"
 #: ``aten::lstm.input`` / ``aten::gru.input`` whose weights are constants compiled into a
 #: recurrence (``passes/recurrent.py``).
 LSTM = ("static_runtime::lstm(Tensor input, Tensor[] hx, Tensor[] params, bool has_biases, "
@@ -51,7 +55,7 @@ GRU = ("static_runtime::gru(Tensor input, Tensor hx, Tensor[] params, bool has_b
 
 #: Every schema this module declares.
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
-           LINEAR_POINTWISE, LSTM, GRU)
+           LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

@@ -6,5 +6,6 @@ graph containing them — prepared, or printed and parsed back — resolves thei
 """
 
 from static_runtime.ops.native import fused as _fused  # noqa: F401  (registers)
+from static_runtime.ops.native import layout as _layout  # noqa: F401  (registers)
 from static_runtime.ops.native import recurrent as _recurrent  # noqa: F401  (registers)
 from static_runtime.ops.native import specialized as _specialized  # noqa: F401  (registers)

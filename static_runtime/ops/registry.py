@@ -176,10 +176,18 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     (``ops/kernels.py``) — an out variant whose kernel is chosen by measurement
     (``ops/gemm.py``) then takes the place of the one selected otherwise."""
     # Importing the implementation modules registers them.
-    from static_runtime.ops import conv, fallback, gemm, out_variants, selection  # noqa: F401
+    from static_runtime.ops import (  # noqa: F401
+        conv,
+        conv1d,
+        fallback,
+        gemm,
+        out_variants,
+        selection,
+    )
     from static_runtime.ops.native import (  # noqa: F401
         containers,
         fused,
+        layout,
         objects,
         prim,
         recurrent,

@@ -15,6 +15,7 @@ from static_runtime.passes.functionalize import functionalize
 from static_runtime.passes.fusion import fuse_attention, fuse_convolution, fuse_linear_pointwise
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
+from static_runtime.passes.layout import channels_last
 from static_runtime.passes.noops import remove_noops
 from static_runtime.passes.packing import pack_linears
 from static_runtime.passes.recurrent import compile_recurrent
@@ -41,6 +42,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "pack_linears": pack_linears,
         "fuse_attention": fuse_attention,
         "fuse_convolution": fuse_convolution,
+        "channels_last": channels_last,
         "fuse_linear_pointwise": fuse_linear_pointwise,
         "compile_recurrent": compile_recurrent,
         "eliminate_dead_code": eliminate_dead_code,

@@ -58,6 +58,9 @@ class StaticModuleOptions:
     fuse_attention: bool = True
     #: conv2d with constant weight (+ relu) → oneDNN prepacked, fused convolution
     fuse_convolution: bool = True
+    #: activations kept channels-last from convolution to convolution, converted to eager's
+    #: layout once where it can be seen (passes/layout.py); with fuse_convolution only
+    channels_last: bool = False
     #: linear with a constant float32 weight of 512 × 512 or more (+ the relu, gelu, tanh,
     #: sigmoid, hardswish, ReLU6 or silu after it) → one node that runs oneDNN's fused,
     #: prepacked linear from 8 rows on (0.4–0.9 × the time of addmm + activation there) and
@@ -170,4 +173,5 @@ class StaticModuleOptions:
         enabled = {name: getattr(self, name) for name in PASS_ORDER}
         enabled["fuse_regions"] = self.fuse_regions and self.fusion_compiler is not None
         enabled["compile_recurrent"] &= self.fusion_compiler is not None
+        enabled["channels_last"] &= self.fuse_convolution
         return enabled

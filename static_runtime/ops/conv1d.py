@@ -1,0 +1,145 @@
+"""``aten::conv1d`` with a constant weight: under ``StaticModuleOptions(kernel_choice=
+"measure")`` its kernel is chosen per input shape and thread count by measurement
+(``ops/kernels.py``), as ``ops/conv.py`` does for the fused 2-D convolution.
+
+The candidates, each returning what ``conv1d`` returns (a contiguous tensor):
+
+* ``aten``: ``conv1d`` itself (what runs without measuring). ATen runs a dilated 1-D
+  convolution on its slow generic path (45–60 µs at 32 channels × 128 steps, one thread,
+  against 13 µs undilated);
+* ``onednn``: the (N, C, L) input viewed as (N, C, 1, L) and convolved as 2-D by oneDNN's
+  ``_convolution_pointwise`` on the (O, I/g, 1, K) weight reordered once (stride, padding
+  and dilation on the width); with a contiguous input oneDNN writes a contiguous output,
+  which ``squeeze(2)`` views as eager's. ~20 µs whatever the dilation: its fixed cost per call
+  loses to ATen on small undilated and 1 × 1 convolutions, wins on dilated ones.
+
+Nothing else changes: other dtypes, devices, ranks, non-contiguous inputs or the meta tensors
+of planning take ``conv1d``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from static_runtime.ir.graph import Node
+from static_runtime.ops.kernels import KernelChooser
+from static_runtime.ops.registry import labelled, register_measured, register_native
+from static_runtime.ops.selection import constant_value
+
+CONV1D = str(torch.ops.aten.conv1d.default._schema)
+
+
+def _constants(node: Node) -> tuple | None:
+    """(weight, bias, stride, padding, dilation, groups) when all are constants of a float32
+    3-D weight, else None."""
+    if node.schema != CONV1D:
+        return None
+    values = [constant_value(v) for v in node.inputs[1:]]
+    if any(v is NotImplemented for v in values):
+        return None
+    weight, bias, stride, padding, dilation, groups = values
+    if not (isinstance(weight, torch.Tensor) and weight.dtype is torch.float32
+            and weight.dim() == 3 and weight.layout == torch.strided and not weight.is_meta
+            and (bias is None or (isinstance(bias, torch.Tensor) and bias.dim() == 1
+                                  and bias.dtype is torch.float32))
+            and isinstance(groups, int)):
+        return None
+    return weight, bias, list(stride), list(padding), list(dilation), groups
+
+
+@register_native("aten::conv1d")
+def _conv1d(node: Node):
+    """``conv1d`` as the fallback would call it; a native so that the measured choice below
+    can take its place (only out variants and natives are measured)."""
+    if _constants(node) is None:
+        return None
+    conv1d = torch.conv1d
+
+    @labelled("torch.conv1d")
+    def fn(x, w, b, stride, padding, dilation, groups):
+        return conv1d(x, w, b, stride, padding, dilation, groups)
+
+    return fn
+
+
+@register_measured("aten::conv1d")
+def _measured_conv1d(node: Node, chooser: KernelChooser, default: Callable[..., Any]
+                     ) -> Callable[..., Any] | None:
+    found = _constants(node)
+    if found is None or not torch.backends.mkldnn.is_available():
+        return None
+    weight, bias, stride, padding, dilation, groups = found
+    if not (len(stride) == len(padding) == len(dilation) == 1):
+        return None
+    kernels = {"aten": _aten(*found), "onednn": _OneDnn(*found)}
+    names = tuple(kernels)
+    chosen: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
+    choices: dict[tuple, Any] = {}
+    f32, threads = torch.float32, torch.get_num_threads
+    spec = (f"w={tuple(weight.shape)} stride={stride} padding={padding} dilation={dilation} "
+            f"groups={groups} bias={bias is not None}")
+
+    def decide(x: torch.Tensor, key: tuple):
+        problem = f"conv1d float32 x={tuple(x.shape)} contiguous {spec}"
+        choice = chooser.choose(problem, names, lambda: {n: (lambda k=k: k(x))
+                                                          for n, k in kernels.items()},
+                                default="aten")
+        kernel = kernels[choice.name]
+        if not choice.how.startswith("default (another"):
+            chosen[key] = kernel
+            choices[key] = choice
+        return kernel
+
+    @labelled("conv1d: kernel chosen per input shape by measurement")
+    def fn(x, w, b, stride_, padding_, dilation_, groups_):
+        if w is weight and b is bias and x.dtype is f32 and x.dim() == 3 \
+                and x.device.type == "cpu" and x.is_contiguous() and not x.is_mkldnn:
+            key = (x.shape, threads())
+            kernel = chosen.get(key) or decide(x, key)
+            return kernel(x)
+        return default(x, w, b, stride_, padding_, dilation_, groups_)
+
+    def status() -> str:
+        if not choices:
+            return "no kernel chosen yet"
+        return "; ".join(f"x={tuple(s)} threads={t}: {ch.describe()}"
+                         for (s, t), ch in choices.items())
+
+    fn.status = status  # type: ignore[attr-defined]
+    fn.choices = choices  # type: ignore[attr-defined]
+    fn.problem = ("conv1d", tuple(weight.shape), stride, padding, dilation,  # type: ignore[attr-defined]
+                  groups, bias is not None)
+    return fn
+
+
+def _aten(weight, bias, stride, padding, dilation, groups):
+    conv1d = torch.conv1d
+
+    def aten(x):
+        return conv1d(x, weight, bias, stride, padding, dilation, groups)
+
+    return aten
+
+
+class _OneDnn:
+    """The 1-D convolution as a 2-D one of height 1 on oneDNN, the weight reordered on first
+    use (only a measurement that tries it pays for that)."""
+
+    def __init__(self, weight, bias, stride, padding, dilation, groups):
+        self.weight, self.bias, self.groups = weight.unsqueeze(2), bias, groups
+        self.stride, self.padding = [1, stride[0]], [0, padding[0]]
+        self.dilation = [1, dilation[0]]
+        self.packed: torch.Tensor | None = None
+        self.pointwise = torch.ops.mkldnn._convolution_pointwise.default
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.packed is None:
+            self.packed = torch.ops.mkldnn._reorder_convolution_weight(
+                self.weight, self.padding, self.stride, self.dilation, self.groups)
+        out = self.pointwise(x.unsqueeze(2), self.packed, self.bias, self.padding, self.stride,
+                             self.dilation, self.groups, "none", [], "")
+        # contiguous already unless oneDNN read a one-channel input as channels-last
+        return out.squeeze(2).contiguous()

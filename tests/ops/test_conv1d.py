@@ -1,0 +1,85 @@
+"""The measured ``conv1d`` (``ops/conv1d.py``): differential against TorchScript on two input
+shape sets whichever kernel wins, each kernel forced, contiguous output as eager's, and the
+default path untouched without measuring."""
+
+import pytest
+import torch
+from differential import check
+from torch import nn
+
+import static_runtime as sr
+from static_runtime.ops.kernels import Choice, KernelChooser
+
+MEASURE = sr.StaticModuleOptions(kernel_choice="measure", verify_memory_plans=True,
+                                 specialize_after=0)
+OPTIONS = {"measure": MEASURE,
+           "interpreter": sr.StaticModuleOptions(kernel_choice="measure",
+                                                 executor="interpreter")}
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+
+
+class Temporal(nn.Module):
+    """Dilated, strided, grouped, 1 × 1 and bias-free 1-D convolutions, causal trimming."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv1d(4, 8, 3, padding=4, dilation=4)
+        self.b = nn.Conv1d(8, 8, 3, stride=2, padding=1, groups=2, bias=False)
+        self.c = nn.Conv1d(8, 6, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))[:, :, :-4]
+        return self.c(self.b(h)), h
+
+
+def _inputs():
+    torch.manual_seed(5)
+    return [torch.randn(1, 4, 20)], [torch.randn(3, 4, 11)]
+
+
+def test_differential_two_shape_sets():
+    first, second = _inputs()
+    mod = check(Temporal().eval(), first, second, options=OPTIONS)["measure"]
+    labels = [pn.impl.label for pn in mod.plan.nodes() if pn.kind == "aten::conv1d"]
+    assert len(labels) == 3 and all("by measurement" in label for label in labels)
+    assert "x=(3, 4, 11) threads=" in mod.describe()
+
+
+@pytest.mark.parametrize("name", ["aten", "onednn"])
+def test_each_kernel_forced(name, monkeypatch):
+    monkeypatch.setattr(KernelChooser, "choose",
+                        lambda self, key, names, make, default: Choice(name, {}, "forced"))
+    first, second = _inputs()
+    model = Temporal().eval()
+    mod = check(model, first, second, options={"measure": MEASURE})["measure"]
+    assert f": {name} (forced)" in mod.describe()
+    for x in (first[0], second[0], torch.randn(2, 1, 9)[:, :1].expand(2, 4, 9).contiguous()):
+        got, expected = mod(x), model(x)
+        for g, e in zip(got, expected):
+            assert g.stride() == e.stride()
+
+
+def test_one_channel_input_comes_back_contiguous():
+    from static_runtime.ops.conv1d import _OneDnn
+
+    w, b = torch.randn(3, 1, 2), torch.randn(3)
+    kernel = _OneDnn(w, b, [1], [1], [2], 1)
+    x = torch.randn(2, 1, 7)
+    y = kernel(x)
+    assert y.is_contiguous()
+    torch.testing.assert_close(y, torch.conv1d(x, w, b, 1, 1, 2), rtol=1e-4, atol=1e-5)
+
+
+def test_non_contiguous_input_and_default_option():
+    first, _ = _inputs()
+    model = Temporal().eval()
+    mod = sr.StaticModule(torch.jit.script(model), options=MEASURE)
+    x = torch.randn(1, 20, 4).transpose(1, 2)
+    torch.testing.assert_close(mod(x), model(x))
+    plain = sr.StaticModule(torch.jit.script(model))
+    assert not any("by measurement" in pn.impl.label for pn in plain.plan.nodes())
+    torch.testing.assert_close(plain(*first), model(*first))
