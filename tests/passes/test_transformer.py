@@ -21,6 +21,7 @@ import static_runtime as sr
 from static_runtime.ir.verifier import verify
 from static_runtime.ops.registry import evaluator
 from static_runtime.passes.registry import passes
+from static_runtime.runtime.hot import wait_for_builds
 
 FUSED = "aten::_transformer_encoder_layer_fwd"
 UNFUSED = dataclasses.replace(OPTION_SETS["default"], fuse_transformer_encoder=False)
@@ -181,6 +182,9 @@ def test_sequence_first_and_padding_mask_are_left_alone():
     mask = torch.zeros(2, 5, dtype=torch.bool)
     mask[0, 3:] = True
     batch, seq = Dim("batch", min=1, max=64), Dim("seq", min=2, max=128)
+    # (torch.export while a shape program is made on the builder thread can fail: README,
+    # "Known problem"; the modules above may still be making one)
+    wait_for_builds()
     ep = torch.export.export(model, (x,), {"src_key_padding_mask": mask},
                              dynamic_shapes={"src": {0: batch, 1: seq},
                                              "src_key_padding_mask": {0: batch, 1: seq}})
