@@ -60,7 +60,8 @@ def structure_spec(plan: ExecutionPlan, runner: Runner, values: list[Any]
     for pn in _straight_line(plan.block, spec):
         out = pn.outputs[0] if len(pn.outputs) == 1 else None
         v = values[out] if out is not None else None
-        kept = (isinstance(v, torch.Tensor) and _hint_numel(v) <= MEMO_ELEMENTS) or (
+        limit = MEMO_ARENA_ELEMENTS if pn.managed else MEMO_ELEMENTS
+        kept = (isinstance(v, torch.Tensor) and _hint_numel(v) <= limit) or (
             isinstance(v, _MEMO_SCALARS) and not isinstance(v, bool)
             and pn.kind != "prim::ListConstruct")
         if (kept and out in runner.signature_only and out not in volatile
@@ -160,6 +161,9 @@ def _straight_line(block: Any, spec: Specialization) -> Any:
 
 #: the most elements a tensor kept per layout may have (``Specialization.memo``)
 MEMO_ELEMENTS = 1 << 16
+#: the most for a value the plan puts in the arena: kept, it is memory of its own per layout
+#: (and per runtime), where the arena would share its region with other values
+MEMO_ARENA_ELEMENTS = 1 << 10
 #: the scalars kept per layout (sizes, and what is computed from them)
 _MEMO_SCALARS = (int, float, torch.SymInt, torch.SymFloat)
 
