@@ -145,7 +145,7 @@ def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observ
         if obs is None or not obs.fits:
             unmanaged.add(slot)
             continue
-        nbytes = math.prod(obs.shape) * _element_size(obs.dtype)
+        nbytes = math.prod(obs.shape) * obs.dtype.itemsize
         name = lt.value.name
         requests.append(TensorRequest(name, nbytes, lt.start, lt.end))
         names[name] = slot
@@ -179,7 +179,7 @@ def build_layout(lifetimes: Lifetimes, slot_of: dict, observed: dict[int, Observ
         if obs is None or not obs.fits or obs.strides is not None:
             unmanaged.add(slot)
             continue
-        nbytes = math.prod(obs.shape) * _element_size(obs.dtype)
+        nbytes = math.prod(obs.shape) * obs.dtype.itemsize
         outputs.append(TensorSpec(slot, v.name, obs.dtype, obs.shape, offset, nbytes))
         offset += align(nbytes, alignment)
     return ArenaLayout(plan, specs, frozenset(unmanaged), tuple(outputs), offset, checked)
@@ -203,7 +203,7 @@ def refit(base: ArenaLayout, index: Mapping[int, int], dtypes: Sequence[torch.dt
         dtype = dtypes[i]
         shape, strides = sizes[i]
         nbytes = prod(shape) * dtype.itemsize
-        region = max(spec.reserved, spec.nbytes)
+        region = spec.region
         if nbytes > region:
             return None
         specs.append(TensorSpec(spec.slot, spec.name, dtype, shape, spec.offset, nbytes,
@@ -220,16 +220,6 @@ def refit(base: ArenaLayout, index: Mapping[int, int], dtypes: Sequence[torch.dt
         offset += align(nbytes, DEFAULT_ALIGNMENT)
     return ArenaLayout(base.plan, tuple(specs), base.unmanaged, tuple(outputs), offset, True,
                        program)
-
-
-_ELEMENT_SIZES: dict[torch.dtype, int] = {}
-
-
-def _element_size(dtype: torch.dtype) -> int:
-    size = _ELEMENT_SIZES.get(dtype)
-    if size is None:
-        size = _ELEMENT_SIZES[dtype] = torch.empty((), dtype=dtype, device="meta").element_size()
-    return size
 
 
 def allocate_arena(nbytes: int) -> torch.Tensor:
@@ -263,7 +253,7 @@ def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor,
         regions = {}
     tensors: dict[int, torch.Tensor] = {}
     for spec in specs:
-        region = max(spec.reserved, spec.nbytes)  # ``spec.region``, inline: per value per size
+        region = spec.region
         key = (spec.offset, region, spec.dtype)
         whole = regions.get(key)
         if whole is None:
@@ -274,14 +264,15 @@ def materialize(specs: Sequence[TensorSpec], arena: torch.Tensor,
             whole = regions[key] = torch.empty(0, dtype=spec.dtype).set_(
                 storage, 0, (region // spec.dtype.itemsize,), (1,))
         tensors[spec.slot] = whole.as_strided(
-            spec.shape, spec.strides or _contiguous_strides(spec.shape))
+            spec.shape, spec.strides or contiguous_strides(spec.shape))
     return tensors
 
 
 _CPU = torch.device("cpu")
 
 
-def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of ``shape`` (a dimension of 0 counts as 1, as PyTorch's do)."""
     n = len(shape)
     if n == 2:
         return (shape[1] or 1, 1)

@@ -56,7 +56,7 @@ import torch
 
 from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
-from static_runtime.ir.graph import Node
+from static_runtime.ir.graph import Node, Value
 from static_runtime.ops.fallback import bind_overload
 from static_runtime.passes.alias import TENSOR, AliasDb, shallow_families
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
@@ -110,16 +110,26 @@ class Specializer:
         nothing may change the list it describes, or the tensor's dtype and shape."""
         if isinstance(fact, Const) or (isinstance(fact, SeqFact) and fact.type is tuple):
             return True  # immutable (what a tuple holds has facts of its own)
-        kind = "list" if isinstance(fact, SeqFact) else "tensor"
-        ok = self._stable.get((slot, kind))
+        if not isinstance(fact, SeqFact):
+            return self.keeps_shape(slot)
+        ok = self._stable.get((slot, "list"))
         if ok is None:
-            v = self._value_of[slot]
-            if kind == "list":
-                ok = not self.db.writers(v, same_object=True)
-            else:
-                ok = all(self._keeps_metadata(n) for n in self.db.writers(v))
-            self._stable[(slot, kind)] = ok
+            ok = self._stable[(slot, "list")] = not self.db.writers(
+                self._value_of[slot], same_object=True)
         return ok
+
+    def keeps_shape(self, slot: int) -> bool:
+        """Whether every write the graph may make to the tensor in ``slot`` (or to what may
+        alias it) keeps its dtype and shape: ``relu_``, not ``resize_`` or ``unsqueeze_``."""
+        ok = self._stable.get((slot, "tensor"))
+        if ok is None:
+            ok = self._stable[(slot, "tensor")] = all(
+                self._keeps_metadata(n) for n in self.db.writers(self._value_of[slot]))
+        return ok
+
+    def value(self, slot: int) -> Value | None:
+        """The IR value that ``slot`` holds (None for a slot no value names)."""
+        return self._value_of.get(slot)
 
     def _keeps_metadata(self, node: Node) -> bool:
         """Whether every tensor ``node`` may write keeps its dtype and shape."""

@@ -92,10 +92,7 @@ def _kept_views(plan: ExecutionPlan, spec: Specialization, runner: Runner,
     viewed: set[int] = set()
     kept = set()
     db = specializer.db
-
-    def steady(slot: int) -> bool:
-        v = specializer._value_of[slot]
-        return all(specializer._keeps_metadata(n) for n in db.writers(v))
+    steady = specializer.keeps_shape
 
     def decided(slot: int) -> bool:
         return slot in plan.constants or slot in spec.known or (
@@ -114,7 +111,7 @@ def _kept_views(plan: ExecutionPlan, spec: Specialization, runner: Runner,
         src, out = pn.inputs[0], pn.outputs[0]
         if ((src in managed or src in viewed) and src not in volatile
                 and all(decided(s) for s in pn.inputs[1:]) and steady(src) and steady(out)
-                and not db.may_alias_graph_output(specializer._value_of[out])):
+                and not db.may_alias_graph_output(specializer.value(out))):
             viewed.add(out)
             kept.add(pn.node)
     return kept
@@ -132,7 +129,7 @@ def _volatile(plan: ExecutionPlan, specializer: Specializer) -> set[int]:
     appended to), and everything computed from those."""
     changing = set()
     for slot, const in plan.constants.items():
-        v = specializer._value_of.get(slot)
+        v = specializer.value(slot)
         if not isinstance(const, _PLAIN):
             changing.add(slot)  # an object: state its methods and attributes may change
         elif v is not None and specializer.db.writers(v):
