@@ -21,6 +21,7 @@ from static_runtime.memory.arena import (
     Regions,
     allocate_arena,
     build_layout,
+    contiguous_strides,
     materialize,
     observe,
     owning_view,
@@ -251,6 +252,17 @@ class Interpreter:
         memory.unprogrammed.discard(key)
         return self._lay_out(key, inputs)
 
+    def _forget_unprogrammed(self) -> None:
+        """Drop the waiting signatures of structures that have no program and none coming
+        (it could not be made): a model no program can follow records every size, and
+        would keep each of them here. (On a recording call: never in the steady state.)"""
+        memory = self.memory
+        programs = memory.programs
+        for key in list(memory.unprogrammed):
+            shape_free = structure(key)
+            if not programs.get(shape_free) and programs.settled(shape_free):
+                memory.unprogrammed.discard(key)
+
     def _confirm_program(self) -> None:
         """After the first call from a layout a shape program made: every arena tensor has
         the shape the program said (an out variant resizes one that differs). If not, the
@@ -283,6 +295,7 @@ class Interpreter:
                 memory.programs.schedule(shape_free, self.plan, inputs, self._checks,
                                          list(memory.input_names))
                 memory.unprogrammed.add(self._key)
+                self._forget_unprogrammed()
         else:
             self._verifying = True  # its first call from the arena checks the out variants
 
@@ -369,9 +382,8 @@ class Interpreter:
             return
         for spec in (*layout.specs, *layout.outputs):
             if spec.slot == slot:
-                shape = spec.shape
-                tensor.set_(tensor.untyped_storage(), 0, shape,
-                            spec.strides or torch.empty(shape, device="meta").stride())
+                tensor.set_(tensor.untyped_storage(), 0, spec.shape,
+                            spec.strides or contiguous_strides(spec.shape))
                 return
 
     # -- blocks and nodes

@@ -173,6 +173,12 @@ def test_what_a_program_cannot_follow_records_as_before_and_says_why():
             torch.testing.assert_close(mod(y), s(y))
             torch.testing.assert_close(mod(y), s(y))
         assert _served(mod) == 0
+        wait_for_builds()
+        for n in range(3, 40):  # sizes that record while programs are (re)tried
+            mod(torch.tensor([1.0] * n))
+        wait_for_builds()
+        mod(torch.tensor([1.0] * 41))  # none is coming: what waited for one is forgotten
+        assert len(mod._memory.unprogrammed) == 0
 
 
 def test_build_program_refuses_a_users_operator():
