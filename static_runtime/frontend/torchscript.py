@@ -226,6 +226,13 @@ def _source_of(tn: torch._C.Node) -> str | None:
 
 
 def _import_attributes(tn: torch._C.Node, node) -> None:
+    if tn.kind() == "prim::PythonOp":
+        # A Python callable the script calls (``@torch.jit.ignore``, a module kept as a
+        # Python value): the node holds it, and which inputs are values ("d") or scalars
+        # fixed at compile time ("c", ``scalar_args``).
+        node.attrs.update(callable=tn.pyobj(), cconv=tn.cconv(), name=tn.pyname(),
+                          scalar_args=tuple(tn.scalar_args()))
+        return
     if tn.kind() == "prim::Constant":
         if tn.hasAttribute("value") or tn.output().type().kind() != "NoneType":
             node.attrs["value"] = _constant_value(tn)

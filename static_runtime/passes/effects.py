@@ -21,6 +21,7 @@ SIDE_EFFECT_KINDS = frozenset({
     "prim::BailOut", "prim::rpc_async", "prim::rpc_sync", "prim::rpc_remote", "aten::wait",
     "prim::fork", "aten::_assert_async", "aten::_assert_scalar", "aten::sym_constrain_range",
     "aten::sym_constrain_range_for_size", "aten::manual_seed", "aten::seed",
+    "prim::PythonOp",
 })
 
 #: Operators that draw from the random number generator (removing or repeating one changes

@@ -164,3 +164,26 @@ def test_list_input_types_are_converted():
 def test_unsupported_model_types_are_refused(bad):
     with pytest.raises(sr.FrontendError):
         sr.StaticModule(bad)
+
+
+def test_python_the_script_calls_is_called_on_every_run(tmp_path):
+    """``@torch.jit.ignore`` functions and modules held as Python values are ``prim::PythonOp``
+    nodes: the runtime calls the Python object with the node's inputs (and the scalars
+    TorchScript fixed), on every run, in order — never folded away or run ahead. A module
+    calling Python cannot be saved: the error says which call."""
+    import python_calls as pc
+
+    s = torch.jit.script(pc.calls_python)
+    assert sum(n.kind() == "prim::PythonOp" for n in s.graph.nodes()) == 2
+    mod = sr.StaticModule(s)
+    g = torch.Generator().manual_seed(0)
+    for n in (3, 5, 3):
+        x = torch.randn(n, 6, generator=g)
+        before = x.clone()
+        pc.CALLS.clear()
+        with torch.no_grad():
+            torch.testing.assert_close(mod(x), pc.calls_python(x))
+        assert pc.CALLS == [3, 3]  # ours, then eager's
+        torch.testing.assert_close(x, before)
+    with pytest.raises(Exception, match="prim::PythonOp"):
+        mod.save(tmp_path / "m.srm")

@@ -132,6 +132,22 @@ def _raise(node: Node):
     return raise_exception
 
 
+@register_native("prim::PythonOp")
+def _python_op(node: Node):
+    """A Python callable the script calls (``@torch.jit.ignore``): called with the node's
+    inputs, and the scalars TorchScript fixed at compile time where ``cconv`` says ``c``."""
+    fn, cconv, scalars = node.attrs["callable"], node.attrs["cconv"], node.attrs["scalar_args"]
+    if "c" not in cconv:
+        return lambda *a: fn(*a)
+    order = tuple(cconv)
+
+    def call(*a):
+        values, fixed = iter(a), iter(scalars)
+        return fn(*[next(fixed) if c == "c" else next(values) for c in order])
+
+    return call
+
+
 def _matches_type(x, t: T.Type) -> bool:
     if isinstance(t, T.TensorType):
         return isinstance(x, torch.Tensor)
