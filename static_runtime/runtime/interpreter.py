@@ -146,6 +146,8 @@ class Interpreter:
         if self._verifying:
             self._checks.mark_checked(self.layout)
             self._verifying = False
+            if self.layout.program is None and self._key is not None:
+                self._planned(inputs)  # (a recording that left checks to this call)
         if self._confirm is not None:
             self._confirm_program()
         if self._recording:
@@ -245,12 +247,14 @@ class Interpreter:
         the program, once there is one (then it runs the program's code, made ahead)."""
         memory = self.memory
         shape_free = structure(key)
-        if not memory.programs.get(shape_free):
-            if memory.programs.settled(shape_free):
-                memory.unprogrammed.discard(key)  # none is coming: stop asking
-            return False
-        memory.unprogrammed.discard(key)
-        return self._lay_out(key, inputs)
+        if memory.programs.get(shape_free) and self._lay_out(key, inputs):
+            memory.unprogrammed.discard(key)
+            return True
+        if memory.programs.settled(shape_free):
+            # none that covers it is coming (a program for a batch of one can be ready
+            # while the one for the other sizes is still being made): stop asking
+            memory.unprogrammed.discard(key)
+        return False
 
     def _forget_unprogrammed(self) -> None:
         """Drop the waiting signatures of structures that have no program and none coming
@@ -287,17 +291,23 @@ class Interpreter:
         layout = self.record_layout(inputs, checked=checked)
         self.install(layout)
         if checked:
-            memory = self.memory
-            shape_free = structure(self._key)
-            memory.structures.add(shape_free)
-            if memory.programs is not None:
-                # no program covered these sizes: have one made from them
-                memory.programs.schedule(shape_free, self.plan, inputs, self._checks,
-                                         list(memory.input_names))
-                memory.unprogrammed.add(self._key)
-                self._forget_unprogrammed()
+            self._planned(inputs)
         else:
             self._verifying = True  # its first call from the arena checks the out variants
+
+    def _planned(self, inputs: list[Any]) -> None:
+        """The current signature's sizes were recorded and every out variant it reaches is
+        checked (by the recording call, or by its first call from the arena): its structure
+        may record through generated code from now on, and a shape program is made from
+        these sizes if none covers them."""
+        memory = self.memory
+        shape_free = structure(self._key)
+        memory.structures.add(shape_free)
+        if memory.programs is not None:
+            memory.programs.schedule(shape_free, self.plan, inputs, self._checks,
+                                     list(memory.input_names))
+            memory.unprogrammed.add(self._key)
+            self._forget_unprogrammed()
 
     def record_layout(self, inputs: list[Any], *, checked: bool = True) -> ArenaLayout:
         """Plan the arena from the values a recording call left, and cache the layout.

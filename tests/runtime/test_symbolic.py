@@ -409,3 +409,125 @@ def test_views_of_arena_tensors_are_kept_per_layout_and_retaken_when_a_write_is_
     for n in (20, 4, 20):
         x = torch.randn(n, 6)
         torch.testing.assert_close(mod(x), s(x))
+
+
+class _Bags(torch.nn.Module):
+    """``EmbeddingBag`` over a 2-D batch (offsets the batch size decides), as a recommender's
+    sparse features are."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag = torch.nn.EmbeddingBag(50, 4, mode="sum")
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, idx):
+        return torch.relu(self.lin(self.bag(idx))) * 2
+
+
+def _bags(batch: int, seed: int = 0) -> Tensor:
+    return torch.randint(0, 50, (batch, 5), generator=torch.Generator().manual_seed(seed))
+
+
+def test_sizes_recorded_while_the_wider_program_was_made_move_to_it():
+    """A batch of one first: its program covers a batch of one only, and the program for the
+    other batches comes after it. The batches recorded meanwhile are laid out again by that
+    one once it is ready (each on its next call), not left on the plain generic code because
+    the first program did not cover them."""
+    import threading
+
+
+    model = _Bags().eval()
+    mod = sr.StaticModule(_script(model))
+    mod(_bags(1))
+    wait_for_builds()  # the batch-of-one program, and the wider one made beside it
+    programs = mod._memory.programs
+    structure = next(iter(programs._items))
+    assert len(programs.get(structure)) == 2
+    wide = programs._items[structure].pop()  # as if the wider one were still being made
+    release = threading.Event()
+    with programs._lock:
+        programs._pending.add(structure)
+
+    def settle():
+        release.wait(30)
+        programs.add(structure, wide)
+        with programs._lock:
+            programs._pending.discard(structure)
+
+    batches = (3, 7, 4, 9)
+
+    def run_all():
+        for b in batches:
+            x = _bags(b, seed=b)
+            with torch.no_grad():
+                torch.testing.assert_close(mod(x), model(x))
+
+    run_all()
+    run_all()  # (a second call of each: still waiting for the wider program)
+    assert _served(mod) == 0 and mod._memory.unprogrammed
+    worker = threading.Thread(target=settle)
+    worker.start()
+    release.set()
+    worker.join()
+    run_all()
+    assert _served(mod) == len(batches)
+    assert {key[0][1][0] for key in mod._memory.unprogrammed} == {1}  # (not called since)
+
+
+def test_a_program_signature_gets_its_own_code_only_after_many_calls(monkeypatch):
+    """The code of a program's layouts keeps what a size decides; code of a size's own pays
+    for its build (tens of milliseconds of the request thread) only after thousands of
+    calls of that size, so a size the program laid out is not specialised after
+    ``specialize_after`` calls, as a recorded one is, but after ``PROGRAM_CALLS``."""
+    from static_runtime.runtime.codegen import cache
+
+    monkeypatch.setattr(cache, "PROGRAM_CALLS", 30)
+    model = _Bags().eval()
+    mod = sr.StaticModule(_script(model), sr.StaticModuleOptions(specialize_after=2))
+    mod(_bags(6))
+    wait_for_builds()
+    generated = mod._codes.generated  # (the program's code, made ahead)
+    x = _bags(11, seed=1)
+    for _ in range(3):
+        mod(x)
+    assert _served(mod) == 1
+    for _ in range(20):
+        mod(x)
+    wait_for_builds()
+    assert mod._codes.generated == generated  # hot, but not yet 30 calls
+    for _ in range(12):
+        mod(x)
+    wait_for_builds()
+    mod(x)
+    assert mod._codes.generated == generated + 1
+    assert "Specialised on its input signature" in mod.code
+    with torch.no_grad():
+        torch.testing.assert_close(mod(x), model(x))
+
+
+def test_a_reshape_is_kept_per_layout_only_where_it_made_a_view():
+    """``reshape`` (like ``contiguous`` or ``to``) gives a view of its argument when the
+    strides allow and a copy when they do not. The code of a program's layouts keeps the
+    result per layout only if the layout's first call made a view of the arena tensor;
+    a copy is made on every call, so it holds each call's data."""
+
+    def f(x: Tensor) -> tuple[Tensor, Tensor]:
+        y = torch.sigmoid(x)
+        a = y.reshape(x.size(0) * 2, 3)  # a view: kept
+        b = y.t().reshape(-1)  # a copy: made each call
+        return a.sum(0) * 2, b * 3
+
+    s = _script(f)
+    mod = sr.StaticModule(s, sr.StaticModuleOptions(specialize_after=1000))
+    mod(torch.randn(8, 6))
+    wait_for_builds()
+    g = torch.Generator().manual_seed(0)
+    for n in (3, 5, 3, 5, 8, 3):
+        for _ in range(2):  # same size, new data
+            x = torch.randn(n, 6, generator=g)
+            before = x.clone()
+            for got, want in zip(mod(x), s(x)):
+                torch.testing.assert_close(got, want)
+            torch.testing.assert_close(x, before)
+    assert _served(mod) >= 2
+    assert "_shares(" in mod.code
