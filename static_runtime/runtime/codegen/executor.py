@@ -5,7 +5,7 @@ recording and verifying calls to the reference interpreter or the recording vari
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from static_runtime.memory.cache import signature, structure
 from static_runtime.runtime.codegen import function
@@ -23,6 +23,21 @@ from static_runtime.runtime.plan import ExecutionPlan
 
 #: the most layouts' bound functions one runtime keeps (``CodegenExecutor._bindings``)
 _MAX_BINDINGS = 256
+
+
+class _Ready(NamedTuple):
+    """What a call of a signature this runtime ran before needs (``CodegenExecutor._ready``)."""
+
+    layout: Any
+    fast: Callable[..., list[Any]]
+    code: GeneratedCode | None
+    #: the code checks the signature itself (``SignatureChanged``)
+    direct: bool
+    pending: Pending | None
+    plain_outputs: bool
+    unkept: frozenset
+    #: (slot, tensor) of each managed slot: the value array as ``install`` leaves it
+    values: tuple
 
 
 class CodegenExecutor(Interpreter):
@@ -46,6 +61,11 @@ class CodegenExecutor(Interpreter):
         #: id of a layout → (layout, fast, code, direct, plain outputs, pending, unkept):
         #: what ``_bind`` made for it, reused while the layout's tensors are
         self._bindings: dict[int, tuple] = {}
+        #: signature → what a call of it needs, for layouts that ran here and need nothing
+        #: more (checked, confirmed, no output arena): a change of size among them is a few
+        #: attribute writes (``_enter``) instead of ``prepare``'s install and checks
+        self._ready: dict[tuple, _Ready] = {}
+        self._entered: _Ready | None = None
 
     def prepare(self, inputs: list[Any]) -> None:
         super().prepare(inputs)
@@ -56,7 +76,11 @@ class CodegenExecutor(Interpreter):
                 self._fast = None
 
     def install(self, layout) -> bool:
+        arena = self.arena
         reused = super().install(layout)
+        self._entered = None
+        if self.arena is not arena:
+            self._ready.clear()  # their tensors were over the arena made before
         held = self._bindings.get(id(layout))
         if (reused and held is not None and held[0] is layout
                 and held[6] == self.unkept):
@@ -81,6 +105,31 @@ class CodegenExecutor(Interpreter):
                 if self._plain_outputs:
                     return outputs
                 return self.finish(outputs, inputs)
+        if self._ready:
+            # Traffic of every size: a signature this runtime has run before, ready as it was
+            key = signature(inputs)
+            ready = self._ready.get(key)
+            if ready is not None and (ready is self._entered
+                                      or self.memory.layouts.get(key) is ready.layout):
+                if ready is not self._entered:
+                    self._enter(key, ready)
+                pending = ready.pending
+                if pending is None or not self.codes.note_call(pending):
+                    try:
+                        outputs = ready.fast(*inputs)
+                    except SignatureChanged:
+                        del self._ready[key]  # (its hoisted views were refused: bind anew)
+                    except BaseException as e:
+                        self._annotate(e)
+                        raise
+                    else:
+                        if ready.plain_outputs:
+                            return outputs
+                        return self.finish(outputs, inputs)
+                else:
+                    del self._ready[key]  # its own code is ready: bound below
+                self._fast = None
+        self._entered = None
         self.prepare(inputs)
         if self._recording and self._recorded_before():
             return self._run_recording(inputs)
@@ -96,7 +145,39 @@ class CodegenExecutor(Interpreter):
         except BaseException as e:
             self._annotate(e)
             raise
-        return self.finish(outputs, inputs)
+        outputs = self.finish(outputs, inputs)
+        self._keep_ready()
+        return outputs
+
+    def _keep_ready(self) -> None:
+        """After a call through generated code: if nothing about the current signature is
+        left to check or confirm, keep what its calls need for ``_enter``."""
+        layout, fast = self.layout, self._fast
+        if (fast is None or layout is None or layout.outputs
+                or self._key is None or self._confirm is not None or self._verifying
+                or self._recording or self.output_arena is not None
+                or (layout.program is None and self._key in self.memory.unprogrammed)):
+            return  # (the last: a shape program may lay it out again, ``_relay``)
+        ready = self._ready
+        if len(ready) >= _MAX_BINDINGS:
+            ready.clear()
+        values = self.values
+        ready[self._key] = self._entered = _Ready(
+            layout, fast, self._code, self._direct, self._pending, not self.plan.copied_outputs,
+            frozenset(self.unkept), tuple((s, values[s]) for s in self._managed))
+
+    def _enter(self, key: tuple, ready: _Ready) -> None:
+        """Make ``ready``'s signature current: what ``prepare`` and ``install`` would set."""
+        self._key = key
+        self.layout = ready.layout
+        self._fast, self._code, self._pending = ready.fast, ready.code, ready.pending
+        self._direct, self._plain_outputs = ready.direct, ready.plain_outputs
+        self._recording = self._verifying = False
+        values = self.values
+        for s, t in ready.values:
+            values[s] = t
+        self.unkept = set(ready.unkept)
+        self._entered = ready
 
     def _recorded_before(self) -> bool:
         """Whether this signature's recording call may run generated code: its structure
@@ -201,7 +282,8 @@ class CodegenExecutor(Interpreter):
         self._pending = None
         if (guard is not None and codes.hot is not None and self._key is not None
                 and layout_id is not None and not self._own_key):
-            self._pending = codes.pending(arena, layout_id, guard, self._key)
+            self._pending = codes.pending(arena, layout_id, guard, self._key,
+                                          programmed=self.layout.program is not None)
         if self._pending is not None:
             # A signature not (yet) hot: the shared generic code serves it.
             codes.note_call(self._pending)
@@ -236,6 +318,8 @@ class CodegenExecutor(Interpreter):
             raise e
         self.refused_write(slot, self.values[slot])
         self._fast = None
+        self._ready.pop(self._key, None)
+        self._entered = None
         return fn(*args)
 
     def _annotate(self, e: BaseException) -> None:
