@@ -12,7 +12,7 @@ from static_runtime.ir.graph import Node
 from static_runtime.runtime.codegen import function
 from static_runtime.runtime.codegen.function import GeneratedCode
 from static_runtime.runtime.hoist import Hoister, Hoisting
-from static_runtime.runtime.hot import BackgroundBuilder, HotSignatures
+from static_runtime.runtime.hot import PROGRAM_CALLS, BackgroundBuilder, HotSignatures
 from static_runtime.runtime.plan import ExecutionPlan
 from static_runtime.runtime.specialize import Specialization, Specializer
 
@@ -135,13 +135,17 @@ class CodeCache:
         return code
 
     def pending(self, arena_slots: frozenset[int], layout_id: int,
-                guard: tuple[bool | tuple[str, int], ...], key: tuple) -> Pending | None:
+                guard: tuple[bool | tuple[str, int], ...], key: tuple,
+                programmed: bool = False) -> Pending | None:
         """What the generic code serving this signature and layout waits for: None if the
-        signature's own code exists already."""
+        signature's own code exists already. ``programmed``: a shape program made the layout
+        (its code keeps what the signature decides: own code pays only after
+        ``hot.PROGRAM_CALLS`` calls)."""
         cache_key = self._cache_key(arena_slots, layout_id, guard, key)
         if cache_key in self._items:  # (a dict lookup: atomic, no lock needed)
             return None
-        return Pending(cache_key, layout_id, self.not_views, (arena_slots, layout_id, guard, key))
+        return Pending(cache_key, layout_id, self.not_views, (arena_slots, layout_id, guard, key),
+                       PROGRAM_CALLS if programmed else 0)
 
     def note_call(self, pending: Pending) -> bool:
         """Count a call the generic code served for ``pending``'s signature (once per call of
@@ -150,7 +154,7 @@ class CodeCache:
         views refused since changed the code's key)."""
         if pending.cache_key in self._items or pending.not_views is not self.not_views:
             return True
-        if self.hot is not None and self.hot.note(pending.layout_id):
+        if self.hot is not None and self.hot.note(pending.layout_id, pending.after):
             self.builder.submit(pending.cache_key, lambda: self.get(*pending.build))
         return False
 
@@ -167,4 +171,6 @@ class Pending:
     not_views: frozenset
     #: ``CodeCache.get``'s arguments that build its own code
     build: tuple
+    #: calls in all it makes before it is hot (``HotSignatures.note``)
+    after: int = 0
 
