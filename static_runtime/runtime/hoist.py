@@ -187,6 +187,13 @@ class Hoister:
         return ok
 
 
+def shares_storage(a: Any, b: Any) -> bool:
+    """Whether tensor ``a`` lies in ``b``'s storage: a view of it, where ``b`` is an arena
+    tensor or a view of one (a copy is never made inside the arena)."""
+    return (isinstance(a, torch.Tensor)
+            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+
+
 def check_hoisted(nodes: tuple[Node, ...], results: tuple[tuple[tuple, Any], ...]) -> None:
     """Raise ``HoistRefused`` for the first node whose hoisted results (tensors, or lists of
     them) do not all share the storage of its arena tensor. An arena tensor has a storage of

@@ -74,20 +74,15 @@ def structure_spec(plan: ExecutionPlan, runner: Runner, values: list[Any]
     return spec
 
 
-#: operators whose result is always a view of their first argument (never a copy: not
-#: ``reshape``, ``contiguous`` or ``to``, which copy when the strides ask for it)
-_VIEW_KINDS = frozenset({
-    "aten::view", "aten::transpose", "aten::permute", "aten::select", "aten::slice",
-    "aten::unsqueeze", "aten::squeeze", "aten::expand", "aten::t", "aten::narrow",
-    "aten::unflatten", "aten::diagonal", "aten::movedim", "aten::swapaxes", "aten::alias",
-})
-
-
 def _kept_views(plan: ExecutionPlan, spec: Specialization, runner: Runner,
                 specializer: Specializer, volatile: set[int]) -> set:
-    """``Specialization.memo_views``: top-level views of a managed value (or of such a view)
-    whose other arguments the signature alone decides, where nothing changes the metadata
-    of the value or of the view, and the caller never gets the view."""
+    """``Specialization.memo_views``: top-level nodes whose result may be a view of their
+    first argument (its schema says the result aliases it: ``slice``, ``transpose``, but also
+    ``reshape``, ``contiguous`` or ``to``, which copy when the strides or dtype ask for it),
+    that argument a managed value or such a result, the other arguments decided by the
+    signature alone, where nothing changes the metadata of the value or of the result, and
+    the caller never gets it. The code keeps a result only if its layout's first call made
+    a view (``codegen.nodes``)."""
     managed = set(plan.managed_slots)
     viewed: set[int] = set()
     kept = set()
@@ -99,13 +94,12 @@ def _kept_views(plan: ExecutionPlan, spec: Specialization, runner: Runner,
             slot in runner.signature_only and slot not in volatile)
 
     for pn in plan.block.nodes:
-        if (pn.kind.split(".")[0] not in _VIEW_KINDS or len(pn.outputs) != 1 or pn.managed
-                or pn.control is not Control.NONE or pn.node in spec.dropped
-                or pn.node.schema is None or not pn.inputs):
+        if (len(pn.outputs) != 1 or pn.managed or pn.control is not Control.NONE
+                or pn.node in spec.dropped or pn.node.schema is None or not pn.inputs):
             continue
         info = S.parse(pn.node.schema)
-        first, ret = info.arguments[0], info.returns[0] if info.returns else None
-        if (ret is None or first.is_write or not first.alias_sets
+        first, ret = info.arguments[0], info.returns[0] if len(info.returns) == 1 else None
+        if (ret is None or ret.type != "Tensor" or first.is_write or not first.alias_sets
                 or ret.alias_sets != first.alias_sets):
             continue
         src, out = pn.inputs[0], pn.outputs[0]

@@ -17,7 +17,7 @@ from static_runtime.runtime.codegen.control import ControlFlowEmission
 from static_runtime.runtime.codegen.names import Names, literal
 from static_runtime.runtime.codegen.nodes import NodeEmission, absorbed_lists
 from static_runtime.runtime.codegen.prologue import PrologueEmission
-from static_runtime.runtime.hoist import Hoisting
+from static_runtime.runtime.hoist import Hoisting, shares_storage
 from static_runtime.runtime.plan import ExecutionPlan, ProcessedNode
 from static_runtime.runtime.specialize import Specialization
 
@@ -61,6 +61,8 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
         #: write resets (``plan_kept_views``)
         self.view_memos: dict = {}
         self.view_resets: dict[int, list[str]] = {}
+        #: slot of a kept view → its memo's name (its readers keep theirs only if it is kept)
+        self.kept_view_of: dict[int, str] = {}
         #: list slot → a literal building it, for lists fixed for the layout
         self.list_literals: dict[int, str] = {}
         #: what the input signature the guard checks determines (None: nothing assumed)
@@ -77,8 +79,8 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
         self.names = Names()
         self.names.used.update({"_refused", "_key", "_rec", "_sig", "SignatureChanged", "_clock",
                                 "_hoist", "_dirty", "_at", "_hoisted", "_check_hoisted",
-                                "HoistRefused", "_t", "_wrap64"})
-        self.globals: dict[str, Any] = {"_wrap64": wrap_int64}
+                                "HoistRefused", "_t", "_wrap64", "_shares"})
+        self.globals: dict[str, Any] = {"_wrap64": wrap_int64, "_shares": shares_storage}
         self.lines: list[str] = []
         self.line_nodes: dict[int, tuple[ProcessedNode, ...]] = {}
         self.stack: list[ProcessedNode] = []  # enclosing control-flow nodes
@@ -142,6 +144,7 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
                     name = self.names.fresh("_memo")
                     self.memo_names.append(name)
                     self.view_memos[pn.node] = name
+                    self.kept_view_of[pn.outputs[0]] = name
                     self.view_resets.setdefault(r, []).append(name)
 
     def function(self) -> str:

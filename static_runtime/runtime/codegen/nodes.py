@@ -126,9 +126,10 @@ class NodeEmission:
         the code (one layout: one signature), kept in the factory's scope for the next. A
         managed tensor is made by the allocating form: its arena region is shared. (``memo``:
         the name planned for a kept view of an arena tensor.)"""
-        if memo is None:
-            memo = self.names.fresh("_memo")
-            self.memo_names.append(memo)
+        if memo is not None:
+            return self.kept_view(pn, indent, memo)
+        memo = self.names.fresh("_memo")
+        self.memo_names.append(memo)
         self.emit(indent, f"if {memo} is None:")
         if pn.managed:
             self.emit(indent + 1, f"{self.local(pn.outputs[0])} = "
@@ -137,6 +138,21 @@ class NodeEmission:
             self.straight(pn, indent + 1)
         name = self.expr[pn.outputs[0]]
         self.emit(indent + 1, f"{memo} = {name}")
+        self.emit(indent, "else:")
+        self.emit(indent + 1, f"{name} = {memo}")
+
+    def kept_view(self, pn: ProcessedNode, indent: int, memo: str) -> None:
+        """A result that may be a view of an arena tensor (or of a kept one): kept per binding
+        if its first call made it one, else (``reshape`` copied, ``to`` converted; memo
+        False) made on every call."""
+        self.emit(indent, f"if {memo} is None or {memo} is False:")
+        self.straight(pn, indent + 1)
+        name, src = self.expr[pn.outputs[0]], pn.inputs[0]
+        kept = f"_shares({name}, {self.expr[src]})"
+        if src in self.kept_view_of:
+            kept = f"{self.kept_view_of[src]} is not False and {kept}"
+        self.emit(indent + 1, f"if {memo} is None:")
+        self.emit(indent + 2, f"{memo} = {name} if {kept} else False")
         self.emit(indent, "else:")
         self.emit(indent + 1, f"{name} = {memo}")
 
