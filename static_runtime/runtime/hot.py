@@ -53,7 +53,16 @@ class HotSignatures:
 
     def note(self, key: Hashable, after: int = 0) -> bool:
         """Count one call with signature ``key``; whether ``key`` is now hot (and, with
-        ``after``, has made at least that many calls in all)."""
+        ``after``, has made at least that many calls in all: until then its calls are only
+        counted, not entered in the window)."""
+        if after:
+            # (unlocked: two threads may lose a count, which only delays a build)
+            totals = self._totals
+            if len(totals) >= _MAX_TOTALS and key not in totals:
+                totals.clear()  # (ids of layouts long gone: counting starts over)
+            total = totals[key] = totals.get(key, 0) + 1
+            if total < after:
+                return False
         with self._lock:
             self._recent.append(key)
             self._counts[key] += 1
@@ -62,14 +71,7 @@ class HotSignatures:
                 self._counts[old] -= 1
                 if not self._counts[old]:
                     del self._counts[old]
-            hot = self._counts[key] >= self.threshold
-            if after:
-                totals = self._totals
-                if len(totals) >= _MAX_TOTALS and key not in totals:
-                    totals.clear()  # (ids of layouts long gone: counting starts over)
-                total = totals[key] = totals.get(key, 0) + 1
-                hot = hot and total >= after
-            return hot
+            return self._counts[key] >= self.threshold
 
 
 class BackgroundBuilder:

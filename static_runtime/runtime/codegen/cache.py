@@ -5,7 +5,7 @@ slots and shape program that serves a signature until it is hot enough for its o
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from static_runtime.ir.graph import Node
@@ -152,9 +152,11 @@ class CodeCache:
         the generic code: keep it cheap); once the signature is hot, have its own code built
         in the background. Whether the caller should bind again: that code is ready (or the
         views refused since changed the code's key)."""
-        if pending.cache_key in self._items or pending.not_views is not self.not_views:
+        if pending.not_views is not self.not_views or (
+                pending.asked and pending.cache_key in self._items):
             return True
         if self.hot is not None and self.hot.note(pending.layout_id, pending.after):
+            pending.asked.append(True)
             self.builder.submit(pending.cache_key, lambda: self.get(*pending.build))
         return False
 
@@ -173,4 +175,7 @@ class Pending:
     build: tuple
     #: calls in all it makes before it is hot (``HotSignatures.note``)
     after: int = 0
+    #: not empty once its own code was asked for (only then is the cache looked at: the
+    #: key's hash is most of a call's counting)
+    asked: list = field(default_factory=list, compare=False)
 
