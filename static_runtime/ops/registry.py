@@ -291,6 +291,12 @@ def labelled(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 _LIBRARIES: list[torch.library.Library] = []
 
 
+#: schema of one of our own operators → its composite implementation (what it means, in
+#: the memory layout its kernels give): what a run on meta or fake tensors calls, since a
+#: kernel of ours may call one whose meta function gives other strides, or measure
+MEANINGS: dict[str, Callable[..., Any]] = {}
+
+
 def implement_torch_ops(implementations: Iterable[tuple[str, Callable[..., Any]]]) -> None:
     """Give the operators graph preparation introduces (declared by ``ir/own_ops.py``) their
     meaning as PyTorch operators: ``(schema, composite implementation)`` pairs, the unfused
@@ -298,6 +304,7 @@ def implement_torch_ops(implementations: Iterable[tuple[str, Callable[..., Any]]
     has one (this module imported under another name) keeps it."""
     lib = torch.library.Library("static_runtime", "IMPL")
     for schema, impl in implementations:
+        MEANINGS.setdefault(schema, impl)
         name = own_ops.qualified_name(schema)
         if torch._C._dispatch_has_kernel_for_dispatch_key(name, "CompositeExplicitAutograd"):
             continue

@@ -58,6 +58,7 @@ from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node, Value
 from static_runtime.ops.fallback import bind_overload
+from static_runtime.ops.registry import MEANINGS
 from static_runtime.passes.alias import TENSOR, AliasDb, shallow_families
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 from static_runtime.runtime.facts import (
@@ -355,10 +356,14 @@ _meta_callables: dict[tuple[str, int], Any] = {}
 def meta_callable(pn: ProcessedNode) -> Any:
     """What runs ``pn`` on meta tensors: an ATen operator's ``torch.ops`` overload, which
     takes every argument as given (an implementation may have baked constants in, a
-    ``Device`` among them, which a meta run must replace); else the node's own."""
+    ``Device`` among them, which a meta run must replace); one of our own operators'
+    composite meaning (``registry.MEANINGS``); else the node's own."""
     schema = pn.node.schema
     if schema is None:
         return getattr(pn.fn, "meta", pn.fn)
+    meaning = MEANINGS.get(schema)
+    if meaning is not None:
+        return meaning
     key = (schema, len(pn.node.inputs))
     fn = _meta_callables.get(key)
     if fn is None:

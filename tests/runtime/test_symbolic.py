@@ -531,3 +531,36 @@ def test_a_reshape_is_kept_per_layout_only_where_it_made_a_view():
             torch.testing.assert_close(x, before)
     assert _served(mod) >= 2
     assert "_shares(" in mod.code
+
+
+class _ConvNet(torch.nn.Module):
+    """Convolutions the runtime fuses (``static_runtime::conv2d_pointwise``: kernels that
+    write channels-last), a residual add, global pooling."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.body = torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        h = torch.relu(self.body(h)) + h
+        return self.head(torch.nn.functional.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
+def test_a_conv_net_gets_a_program_with_the_strides_its_kernels_write():
+    """A run on fake tensors calls our own operators' meaning, which writes channels-last as
+    their kernels do: the program's strides are the real ones, its out variants' checks
+    hold, and new image sizes are laid out by it; results equal eager on every size."""
+    model = _ConvNet().eval()
+    mod = sr.StaticModule(_script(model))
+    g = torch.Generator().manual_seed(0)
+    mod(torch.randn(2, 3, 16, 16, generator=g))
+    wait_for_builds()
+    assert not mod._memory.programs.failures
+    for batch, side in ((2, 24), (3, 16), (2, 12), (3, 20), (2, 24)):
+        x = torch.randn(batch, 3, side, side, generator=g)
+        with torch.no_grad():
+            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
+    assert _served(mod) == 4

@@ -227,8 +227,13 @@ def _activation(attr: str):
 
 
 def conv2d_pointwise_reference(input, weight, bias, stride, padding, dilation, groups, attr):
+    """What the operator means: ``conv2d`` then the activation, in the channels-last memory
+    every kernel of it writes (oneDNN's, and those ``ops/conv.py`` measures), so a run on
+    fake tensors (a shape program) sees the strides the real kernels give."""
     act = _activation(attr)
     out = torch.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    if out.dim() == 4:
+        out = out.contiguous(memory_format=torch.channels_last)
     return out if act is None else act(out)
 
 
