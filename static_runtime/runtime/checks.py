@@ -96,16 +96,17 @@ class OutVariantChecks:
         with self._lock:
             self._checked_layouts[id(layout)] = weakref.ref(layout)
 
-    def all_checked(self, plan: Any, values: list[Any]) -> bool:
+    def all_checked(self, plan: Any, values: list[Any], only: set[int] | None = None) -> bool:
         """After a call that stored every value into ``values`` without checking (a
         recording through generated code): whether each managed node it ran met arguments
         its out variant was checked for. Nodes inside loops may have met others on earlier
-        iterations than the last one ``values`` holds: those count as unchecked."""
+        iterations than the last one ``values`` holds: those count as unchecked. ``only``:
+        the managed slots the arena will hold (the others' out variants never run)."""
         if self._managed_nodes is None:
             self._managed_nodes = _managed_nodes(plan)
         for pn, in_loop in self._managed_nodes:
-            if values[pn.outputs[0]] is None:
-                continue  # not run (a branch not taken)
+            if values[pn.outputs[0]] is None or (only is not None and pn.outputs[0] not in only):
+                continue  # not run (a branch not taken), or not in the arena
             if in_loop or self.pending(pn, [values[i] for i in pn.inputs]) is not None:
                 return False
         return True

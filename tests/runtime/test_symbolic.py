@@ -564,3 +564,43 @@ def test_a_conv_net_gets_a_program_with_the_strides_its_kernels_write():
         with torch.no_grad():
             torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
     assert _served(mod) == 4
+
+
+class _Rotary(torch.nn.Module):
+    """Rotary-style position mixing on heads seen through a transpose: the products take
+    the transposed (dense, not row-major) layout of their first argument, which the arena
+    never holds."""
+
+    def __init__(self, heads: int = 2, dim: int = 4, positions: int = 32):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.heads, self.dim = heads, dim
+        self.proj = torch.nn.Linear(heads * dim, heads * dim)
+        self.cos = torch.nn.Parameter(torch.randn(positions, dim, generator=g))
+        self.sin = torch.nn.Parameter(torch.randn(positions, dim, generator=g))
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        q = self.proj(x).view(b, n, self.heads, self.dim).transpose(1, 2)
+        rotated = torch.cat((-q[..., 2:], q[..., :2]), -1)
+        q = q * self.cos[:n] + rotated * self.sin[:n]
+        return torch.relu(q.transpose(1, 2).reshape(b, n, -1)).sum(-1)
+
+
+def test_values_the_arena_never_holds_need_no_checked_out_variant():
+    """A product whose result is dense but not row-major is allocated (the arena holds only
+    row-major and channels-last values), so its out variant never runs and never needs its
+    check: the program is made, and lays out new lengths; results equal eager."""
+    model = _Rotary().eval()
+    mod = sr.StaticModule(_script(model))
+    g = torch.Generator().manual_seed(0)
+    mod(torch.randn(2, 10, 8, generator=g))
+    wait_for_builds()
+    assert not mod._memory.programs.failures
+    for b, n in ((2, 7), (3, 12), (2, 10), (3, 5)):
+        x = torch.randn(b, n, 8, generator=g)
+        before = x.clone()
+        with torch.no_grad():
+            torch.testing.assert_close(mod(x), model(x))
+        torch.testing.assert_close(x, before)
+    assert _served(mod) >= 3
