@@ -14,7 +14,10 @@ every managed value's shape and strides, or None when a guard fails (that size i
 what the program covers: it records, as before).
 
 What a program never does is guess. It is not made (``Unsupported``, with the reason) when
-the run meets what it cannot follow: a loop or a fork, an operator outside PyTorch's and
+the run meets what it cannot follow: a fork, a loop of more than ``MAX_ITERATIONS``
+iterations (a loop is followed iteration by iteration, its trip count and conditions
+decided under the guards, and nothing its body computes is folded), an operator outside
+PyTorch's and
 ours (user code, never run at preparation), a random or effectful operator, a raise, an
 input that is a list or dict of tensors, a value read from a tensor's data (``item()`` of
 anything but a size turned into a tensor, which the run follows as the symbol it is), a

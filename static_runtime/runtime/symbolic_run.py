@@ -77,6 +77,8 @@ class Runner:
         #: slots whose value the input signature alone decides (computed from constants,
         #: sizes and the structure's non-tensor inputs, never from a tensor's data)
         self.signature_only: set[int] = set(inputs)
+        #: how many loops the run is inside
+        self.looping = 0
 
     def block(self, block: ProcessedBlock) -> None:
         pause = yield_to_requests()
@@ -89,15 +91,19 @@ class Runner:
         values = self.values
         if pn.control is Control.IF:
             k = 0 if bool(values[pn.inputs[0]]) else 1
-            self.taken[pn.node] = k
+            if not self.looping:
+                self.taken[pn.node] = k  # (in a loop body it may differ per iteration)
             taken = pn.blocks[k]
             self.block(taken)
             for out, inner in zip(pn.outputs, taken.outputs):
                 values[out] = values[inner]
-            self.produced.extend(pn.outputs)
+            if not self.looping:
+                self.produced.extend(pn.outputs)
             return
+        if pn.control is Control.LOOP:
+            return self.loop(pn)
         if pn.control is not Control.NONE:
-            raise Unsupported(f"{pn.where()}: loops and forks are not followed")
+            raise Unsupported(f"{pn.where()}: forks are not followed")
         node = pn.node
         if node.kind == "prim::RaiseException":
             raise Unsupported(f"{pn.where()}: the sizes reach a raise")
@@ -123,10 +129,43 @@ class Runner:
         else:
             for out, x in zip(pn.outputs, result):
                 values[out] = x
+        if self.looping:
+            return  # (a body's values differ per iteration: never folded or kept)
         self.produced.extend(pn.outputs)
         if pn.kind.split(".")[0] in _METADATA or all(
                 i in self.signature_only or i in self.constants for i in pn.inputs):
             self.signature_only.update(pn.outputs)
+
+    def loop(self, pn: ProcessedNode) -> None:
+        """A loop, iteration by iteration (a scripted ``interpolate`` loops over the spatial
+        dimensions): its trip count and conditions are decided under the guards, as a
+        branch is. What its body computes is neither folded nor kept; its results are
+        produced like any node's."""
+        values = self.values
+        limit, cond = values[pn.inputs[0]], values[pn.inputs[1]]
+        carried = [values[i] for i in pn.inputs[2:]]
+        body = pn.blocks[0]
+        it_slot, carried_slots = body.inputs[0], body.inputs[1:]
+        self.looping += 1
+        try:
+            i = 0
+            while bool(cond) and bool(i < limit):
+                if i >= MAX_ITERATIONS:
+                    raise Unsupported(f"{pn.where()}: a loop of more than {MAX_ITERATIONS} "
+                                      "iterations")
+                values[it_slot] = i
+                for slot, x in zip(carried_slots, carried):
+                    values[slot] = x
+                self.block(body)
+                cond = values[body.outputs[0]]
+                carried = [values[slot] for slot in body.outputs[1:]]
+                i += 1
+        finally:
+            self.looping -= 1
+        for out, x in zip(pn.outputs, carried):
+            values[out] = x
+        if not self.looping:
+            self.produced.extend(pn.outputs)
 
     def follow_size(self, pn: ProcessedNode, args: list[Any]) -> Any:
         """A size turned into a 0-dim tensor, arithmetic on it and reading it back are
@@ -168,6 +207,8 @@ class Runner:
 
 
 _NOT_A_SIZE = object()
+#: the most iterations of one loop a run follows (more: no program)
+MAX_ITERATIONS = 256
 #: operators that read only a tensor's metadata (sizes, rank, dtype, device)
 _METADATA = frozenset({"aten::size", "aten::sym_size", "aten::numel", "aten::sym_numel",
                        "aten::dim", "prim::dtype", "prim::device", "aten::len"})

@@ -604,3 +604,29 @@ def test_values_the_arena_never_holds_need_no_checked_out_variant():
             torch.testing.assert_close(mod(x), model(x))
         torch.testing.assert_close(x, before)
     assert _served(mod) >= 3
+
+
+def _doubled(x: Tensor) -> Tensor:
+    sizes: list[int] = []
+    for i in range(x.dim()):  # a loop over the dimensions, as a scripted interpolate has
+        sizes.append(x.size(i) * 2)
+    y = torch.sigmoid(x).repeat(2, 2)
+    return torch.tanh(y.view(sizes)) * 3
+
+
+def test_a_loop_over_the_dimensions_is_followed():
+    """A loop whose trip count the structure decides (one iteration per dimension) is
+    followed by the run on fake tensors: a program is made, with the sizes still symbols,
+    and lays out new sizes; results equal eager."""
+    s = _script(_doubled)
+    mod = sr.StaticModule(s)
+    g = torch.Generator().manual_seed(0)
+    mod(torch.randn(4, 6, generator=g))
+    wait_for_builds()
+    programs = mod._memory.programs
+    assert not programs.failures
+    assert "sizes in no symbol" not in "\n".join(programs.describe())
+    for shape in ((3, 5), (7, 2), (4, 6), (5, 5)):
+        x = torch.randn(*shape, generator=g)
+        torch.testing.assert_close(mod(x), s(x))
+    assert _served(mod) == 4  # (the recorded size too, laid out again by the program)
