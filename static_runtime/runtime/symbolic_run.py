@@ -143,13 +143,20 @@ class Runner:
         produced like any node's."""
         values = self.values
         limit, cond = values[pn.inputs[0]], values[pn.inputs[1]]
+        if isinstance(limit, torch.SymInt):
+            # (following it would pin the size to this run's: a program for one size)
+            raise Unsupported(f"{pn.where()}: a loop whose trip count is a size")
         carried = [values[i] for i in pn.inputs[2:]]
         body = pn.blocks[0]
         it_slot, carried_slots = body.inputs[0], body.inputs[1:]
         self.looping += 1
         try:
             i = 0
-            while bool(cond) and bool(i < limit):
+            while True:
+                if isinstance(cond, torch.SymBool):
+                    raise Unsupported(f"{pn.where()}: a loop whose condition is on sizes")
+                if not (cond and i < limit):
+                    break
                 if i >= MAX_ITERATIONS:
                     raise Unsupported(f"{pn.where()}: a loop of more than {MAX_ITERATIONS} "
                                       "iterations")

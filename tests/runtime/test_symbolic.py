@@ -162,7 +162,7 @@ def test_what_a_program_cannot_follow_records_as_before_and_says_why():
             y = torch.cat([y, x])
         return torch.sigmoid(y) + 1
 
-    for f, reason in ((data_dependent, "read from a tensor's data"), (looped, "loops")):
+    for f, reason in ((data_dependent, "read from a tensor's data"), (looped, "trip count is a size")):
         s = _script(f)
         mod = sr.StaticModule(s)
         x = torch.tensor([4.0, 3.0])
