@@ -21,8 +21,13 @@ _SIZE_ARITHMETIC = {
     "aten::add": lambda a, b, alpha=1: a + alpha * b,
     "static_runtime::add": lambda a, b, alpha=1: a + alpha * b,
     "aten::sub": lambda a, b, alpha=1: a - alpha * b,
+    "static_runtime::sub": lambda a, b, alpha=1: a - alpha * b,
+    "aten::rsub": lambda a, b, alpha=1: b - alpha * a,
     "aten::mul": lambda a, b: a * b,
     "aten::floor_divide": lambda a, b: a // b,
+    # (integer ``remainder`` takes the divisor's sign, as Python's ``%``: a window's padding,
+    # ``(w - n % w) % w``)
+    "aten::remainder": lambda a, b: a % b,
 }
 #: reading a number out of a tensor
 _READS = frozenset({"aten::Int", "aten::ScalarImplicit", "aten::item", "aten::Float"})

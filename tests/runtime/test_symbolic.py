@@ -630,3 +630,28 @@ def test_a_loop_over_the_dimensions_is_followed():
         x = torch.randn(*shape, generator=g)
         torch.testing.assert_close(mod(x), s(x))
     assert _served(mod) == 4  # (the recorded size too, laid out again by the program)
+
+
+class _Windows(torch.nn.Module):
+    """A length padded to a whole number of windows, as a traced Swin computes it: the
+    length turned into a tensor, ``(w - n % w) % w`` on it, read back."""
+
+    def forward(self, x):
+        n = x.size(1)
+        pad = (4 - n % 4) % 4
+        y = torch.sigmoid(x)
+        return torch.cat([y, y[:, :pad] * 0], 1).reshape(x.size(0), -1, 4).sum(1)
+
+
+def test_remainder_and_reversed_subtraction_of_a_size_are_followed():
+    model = _Windows()
+    g = torch.Generator().manual_seed(0)
+    mod = sr.StaticModule(_trace(model, torch.randn(2, 10, generator=g)))
+    assert "aten::remainder" in str(mod.graph) and "aten::rsub" in str(mod.graph)
+    mod(torch.randn(2, 10, generator=g))
+    wait_for_builds()
+    assert not mod._memory.programs.failures
+    for b, n in ((2, 6), (3, 13), (2, 10), (3, 9)):  # (paddings of 2 and 3: a padding of
+        x = torch.randn(b, n, generator=g)  # 0 or 1 is outside the guards, as a size of 1 is)
+        torch.testing.assert_close(mod(x), model(x))
+    assert _served(mod) >= 3
