@@ -173,6 +173,7 @@ class CodegenExecutor(Interpreter):
         self._fast, self._code, self._pending = ready.fast, ready.code, ready.pending
         self._direct, self._plain_outputs = ready.direct, ready.plain_outputs
         self._recording = self._verifying = False
+        self._confirm = None  # (left by a call that raised: it was about another layout)
         values = self.values
         for s, t in ready.values:
             values[s] = t
