@@ -11,6 +11,15 @@ original. Exports use ``dynamic_shapes`` (a symbolic batch), as a served model w
 
     python benchmarks/export.py                       # all models, batch 1 and 32, ~1 minute
     python benchmarks/export.py --models mlp,dlrm --batches 1 --repeats 5
+    python benchmarks/export.py --zoo                 # the model zoo at both its batches (issue 19)
+    python benchmarks/export.py --zoo --models hf_llama,hf_bert --repeats 21
+
+``--zoo`` runs ``benchmarks.zoo`` models: ours from the model's own TorchScript module
+(``scripted()``: traced or scripted) against ours from ``torch.export`` with the symbolic
+batch and sequence dimensions ``benchmarks/export_zoo.py`` finds; models ``torch.export``
+refuses (data-dependent control flow) are listed as such. The calls per sample are chosen per
+case so that a sample takes about 10 ms, after 2,200 warm-up calls each (at most 4 s):
+signatures get code of their own after some (``runtime/hot.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +36,10 @@ from static_runtime.frontend.export import import_export
 from static_runtime.models import MODELS
 from static_runtime.models.export import export_case
 
+#: µs a sample of the zoo comparison lasts, about
+SAMPLE_US = 10_000
+#: warm-up calls of each zoo runner: past ``hot.PROGRAM_CALLS``, at most ``WARMUP_US`` µs
+WARMUP_CALLS, WARMUP_US = 2_200, 4_000_000
 RUNNERS = ("eager", "ours: TorchScript", "ours: export", "ours: export, decomposed")
 
 
@@ -59,13 +72,56 @@ def _time(fn, inputs: tuple, calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def _zoo(models: str | None, repeats: int) -> None:
+    from benchmarks.export_zoo import export_case
+    from benchmarks.zoo import ZOO
+
+    labels = ("ours: TorchScript", "ours: export")
+    print(f"torch {torch.__version__}, 1 thread, median of {repeats} samples, µs per call")
+    print(f"| model | exported with | batch | {' | '.join(labels)} | export / TorchScript |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name in models.split(",") if models else ZOO:
+        for batch in ZOO[name].batches:
+            try:
+                case = export_case(name, batch)
+            except RuntimeError as e:
+                print(f"| {name} | not exported: {str(e.__cause__).splitlines()[0][:60]} |||||")
+                break
+            inputs = ZOO[name].inputs(batch, seed=1)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                mods = (sr.StaticModule(case.scripted, example_inputs=inputs),
+                        sr.StaticModule(case.program, example_inputs=inputs))
+            with torch.inference_mode():
+                expected = case.eager(*inputs)
+            for label, mod in zip(labels, mods, strict=True):
+                torch.testing.assert_close(mod(*inputs), expected, msg=lambda m, label=label,
+                                           name=name: f"{name} {label}: {m}")
+            fns = [m.runtime() for m in mods]
+            for fn in fns:  # warm up past the code built for hot signatures (runtime/hot.py)
+                _time(fn, inputs, int(min(WARMUP_CALLS, WARMUP_US / _time(fn, inputs, 3))))
+            calls = max(3, int(SAMPLE_US / max(_time(fn, inputs, 3) for fn in fns)))
+            samples: list[list[float]] = [[], []]
+            for _ in range(repeats):
+                for fn, sample in zip(fns, samples, strict=True):
+                    sample.append(_time(fn, inputs, calls))
+            med = [statistics.median(s) for s in samples]
+            print(f"| {name} | {case.dims} | {batch} | {med[0]:.1f} | {med[1]:.1f} | "
+                  f"{med[1] / med[0]:.2f} |", flush=True)
+
+
 @click.command()
-@click.option("--models", default=",".join(MODELS), help="comma-separated model names")
+@click.option("--zoo", is_flag=True, help="the model zoo (benchmarks/zoo/) instead")
+@click.option("--models", default=None, help="comma-separated model names (default: all)")
 @click.option("--batches", default="1,32", help="comma-separated batch sizes")
 @click.option("--repeats", default=7, show_default=True)
 @click.option("--calls", default=100, show_default=True)
-def main(models: str, batches: str, repeats: int, calls: int) -> None:
+def main(zoo: bool, models: str | None, batches: str, repeats: int, calls: int) -> None:
     torch.set_num_threads(1)
+    if zoo:
+        _zoo(models, repeats)
+        return
+    models = models or ",".join(MODELS)
     print(f"torch {torch.__version__}, 1 thread, median of {repeats} x {calls} calls, µs per call")
     header = f"| model | batch | {' | '.join(RUNNERS)} | export / TorchScript |"
     print(header)

@@ -33,6 +33,12 @@ RETURN = "prim::Return"
 SUBGRAPH = "subgraph"
 
 
+#: ``Node.meta`` key a frontend sets on a ``scaled_dot_product_attention`` node whose traced
+#: shapes show that its ``attn_mask`` does not widen the result (each mask dimension is 1 or
+#: the scores' size there); ``passes/masks.py`` may then drop a mask that masks nothing.
+MASK_WIDENS_NOTHING_META = "mask_widens_nothing"
+
+
 @dataclass(frozen=True)
 class Use:
     """``user.inputs[index]`` is the used value."""
@@ -104,7 +110,7 @@ class Node:
         self.schema: str | None = None
         #: Where the node came from in user source: ``file:line`` (or None).
         self.source: str | None = None
-        #: Side table for analysis results that are not IR.
+        #: Side table for analysis results that are not IR (keys: ``*_META`` below).
         self.meta: dict[str, Any] = {}
 
     # -- inputs

@@ -23,6 +23,8 @@ Folded, until nothing changes:
   ``False``): its outputs are its initial values.
 * ``aten::__is__``/``__isnot__`` against ``None`` when the other side's static type cannot
   be ``None`` (or can only be ``None``); ``prim::isinstance`` when the static type decides.
+* an attention mask that masks nothing (a view of an all-``True`` or all-zero constant that
+  the frontend saw does not widen the result) is replaced by ``None`` (``masks.py``).
 * ``aten::dim``, ``aten::size``, ``prim::dtype`` of a tensor whose IR type fixes the rank,
   the dimension or the dtype. (Frozen TorchScript graphs usually say only ``Tensor``; the IR
   type is taken as a fact, so frontends must not put guesses there. No type fixes a device.)
@@ -40,6 +42,7 @@ from static_runtime.ir import types as T
 from static_runtime.ir.graph import Graph, Node, Value
 from static_runtime.passes.alias import PRIM_RULES, AliasDb, is_mutable
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
+from static_runtime.passes.masks import drop_noop_masks
 
 #: Largest tensor (in elements) a fold may bake into the graph.
 MAX_TENSOR_NUMEL = 1024
@@ -65,7 +68,7 @@ def constant_propagation(graph: Graph, evaluate: NodeEvaluator) -> bool:
     """Fold constants, constant branches and empty loops; return whether anything changed.
     Nodes on constants are run with ``evaluate``'s callables."""
     changed = False
-    while _one_round(graph, evaluate):
+    while _one_round(graph, evaluate) or drop_noop_masks(graph):
         changed = True
     return changed
 

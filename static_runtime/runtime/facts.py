@@ -154,6 +154,9 @@ class Specialization:
     taken: dict[Node, int] = field(default_factory=dict)
     #: nodes whose results nobody needs once the above is folded (not emitted)
     dropped: set[Node] = field(default_factory=set)
+    #: checks (nodes that return and write nothing: ``_assert_tensor_metadata``) that pass on
+    #: every call with this signature: what they check is known (not emitted)
+    proven: set[Node] = field(default_factory=set)
     #: the code folds devices: its guard must check that input tensors are where the key
     #: says (``memory.cache.signature``: on the CPU unless it names a device)
     assumes_device: bool = False

@@ -44,6 +44,8 @@ class Liveness:
             k = self.spec.taken.get(pn.node)
             blocks = pn.blocks if k is None else (pn.blocks[k],)
             return any(self.must_run(inner) for b in blocks for inner in b.nodes)
+        if pn.node in self.spec.proven:
+            return False
         return (pn.node in self.computed or has_side_effects(pn.node)
                 or bool(self.owner.db.writes(pn.node)))
 

@@ -41,8 +41,12 @@ Soundness rules:
 * a node is folded by running the runtime's own implementation (``ProcessedNode.fn``) on
   the known values (on a meta tensor of the known dtype and shape for tensor metadata), so
   the constant is exactly what the call would have computed; if it raises, it is not folded;
-* nodes with effects (``passes.effects.has_side_effects``: raise, warn, random draws...) or
-  writes (``AliasDb.writes``) are always kept; ``prim::fork`` blocks are left as they are.
+* a metadata check (an ATen operator that returns and writes nothing, not an effects kind:
+  ``_assert_tensor_metadata``, which ``torch.export`` leaves where a cast found its dtype) is
+  left out when it passes on tensors of the dtypes, shapes and devices the facts give, and
+  checks no stride (``_Run.proves``);
+* other nodes with effects (``passes.effects.has_side_effects``: raise, warn, random
+  draws...) or writes (``AliasDb.writes``) are always kept; ``prim::fork`` blocks are left as they are.
 
 The facts themselves are ``runtime/facts.py``; this module propagates them forward, and
 ``runtime/liveness.py`` leaves out, going backward, the nodes nobody needs any more.
@@ -60,7 +64,11 @@ from static_runtime.ir.graph import Node, Value
 from static_runtime.ops.fallback import bind_overload
 from static_runtime.ops.registry import MEANINGS
 from static_runtime.passes.alias import TENSOR, AliasDb, shallow_families
-from static_runtime.passes.effects import has_side_effects, is_nondeterministic
+from static_runtime.passes.effects import (
+    SIDE_EFFECT_KINDS,
+    has_side_effects,
+    is_nondeterministic,
+)
 from static_runtime.runtime.facts import (
     CONST_TYPES,
     UNKNOWN,
@@ -175,7 +183,8 @@ class Specializer:
             if fact is not None and self.stable(slot, fact):
                 run.facts[slot] = fact
         run.block(plan.block)
-        spec = Specialization(taken=run.taken, assumes_device=run.uses_device)
+        spec = Specialization(taken=run.taken, assumes_device=run.uses_device,
+                              proven=run.proven)
         spec.known = {s: f.value for s, f in run.facts.items()
                       if isinstance(f, Const) and s in run.folded}
         for s, f in run.facts.items():
@@ -198,6 +207,8 @@ class _Run:
         self.computed: set[Node] = set()
         #: a ``prim::device`` was folded: the code assumes its input tensors' devices
         self.uses_device = False
+        #: checks that pass on every call of the signature (``proves``)
+        self.proven: set[Node] = set()
 
     def set(self, slot: int, fact: Fact | None) -> None:
         if fact is not None and self.owner.stable(slot, fact):
@@ -229,6 +240,9 @@ class _Run:
                 for b in pn.blocks:
                     self.block(b)
             return
+        if self.proves(pn):
+            self.proven.add(pn.node)
+            return
         if has_side_effects(pn.node) or is_nondeterministic(pn.node):
             return
         if self.owner.db.writes(pn.node):
@@ -241,6 +255,43 @@ class _Run:
         facts = [self.facts.get(s) for s in pn.inputs]
         for out, fact in zip(pn.outputs, self.evaluate(pn, facts)):
             self.set(out, fact)
+
+    def proves(self, pn: ProcessedNode) -> bool:
+        """Whether ``pn`` is a metadata check that passes on every call of the signature: an
+        ATen operator that returns and writes nothing (``_assert_tensor_metadata``, which
+        ``torch.export`` leaves where a ``to`` found the dtype it asked for), not among the
+        effects kinds (``_assert_async`` reads data), whose tensor arguments' dtypes, shapes
+        and devices are facts and other arguments constants, no stride among them (strides
+        are never facts), and which passes when run on tensors of those dtypes, shapes and
+        devices (one element of storage each)."""
+        node = pn.node
+        if (pn.control is not Control.NONE or node.schema is None or pn.fn is None
+                or node.kind in SIDE_EFFECT_KINDS):
+            return False
+        info = S.parse(node.schema)
+        if info.returns or info.writes_any_input() or info.namespace != "aten":
+            return False
+        args, constants = [], self.owner.plan.constants
+        for a, slot in zip(info.arguments, pn.inputs, strict=False):
+            fact = self.facts.get(slot)
+            if fact is None and slot in constants and not isinstance(constants[slot],
+                                                                     torch.Tensor):
+                fact = Const(constants[slot])  # (a layout, a memory format: no fact kind)
+            if isinstance(fact, TensorFact) and fact.device is not None:
+                args.append(torch.empty_strided(fact.shape, (0,) * len(fact.shape),
+                                                dtype=fact.dtype, device=fact.device))
+            elif isinstance(fact, Const) and ("stride" not in a.name or fact.value is None):
+                args.append(fact.value)
+            else:
+                return False
+        if len(args) != len(pn.inputs):
+            return False
+        try:
+            pn.fn(*args)
+        except Exception:  # noqa: BLE001  (it fails here: the call checks for itself)
+            return False
+        self.uses_device = True  # (the check may have read the devices)
+        return True
 
     def evaluate(self, pn: ProcessedNode, facts: list[Fact | None]) -> list[Fact | None]:
         kind = pn.kind

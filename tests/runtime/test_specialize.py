@@ -367,3 +367,39 @@ def test_signature_fixed_tensors_that_are_written_or_returned_stay_per_call():
     assert p1 is not p2
     torch.testing.assert_close(p2, torch.arange(5.0) * 2.0)
     torch.testing.assert_close(q2, (torch.arange(5.0) + 1.0) * x)
+
+
+class _Casts(torch.nn.Module):
+    """``to`` a dtype the tensor already has: ``torch.export`` leaves an
+    ``_assert_tensor_metadata`` check where the cast was."""
+
+    def forward(self, x: Tensor, ids: Tensor) -> Tensor:
+        return torch.relu(x.to(torch.float32)) * ids.to(torch.int64).unsqueeze(-1)
+
+
+def test_metadata_checks_the_signature_decides_are_left_out():
+    import sys
+    from pathlib import Path
+
+    from torch.export import Dim
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "frontend"))
+    from eager_check import check_eager
+
+    model = _Casts().eval()
+    batch = Dim("batch", min=1, max=64)
+    ep = torch.export.export(model, (torch.randn(2, 4), torch.arange(2)),
+                             dynamic_shapes=({0: batch}, {0: batch}))
+    assert "_assert_tensor_metadata" in str(sr.StaticModule(ep).graph)
+    sets = [(torch.randn(3, 4), torch.arange(3)), (torch.randn(1, 4), torch.arange(1))]
+    check_eager(lambda opts: sr.StaticModule(ep, options=opts), model, sets)
+    mod = sr.StaticModule(ep, options=AT_ONCE)
+    code = _code_for(mod, *sets[0])
+    assert "_assert_tensor_metadata" not in code
+    assert "_assert_tensor_metadata" in _code_for(sr.StaticModule(ep, options=OFF), *sets[0])
+    # A dtype the program was not traced with fails the check, as the program's own run does.
+    wrong = (torch.randn(3, 4, dtype=torch.float64), torch.arange(3))
+    with pytest.raises(RuntimeError, match="dtype"):
+        ep.module()(*wrong)
+    with pytest.raises(RuntimeError, match="dtype"):
+        mod(*wrong)

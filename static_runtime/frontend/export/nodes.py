@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
 from static_runtime.frontend.torchscript import FrontendError
 from static_runtime.ir import types as T
-from static_runtime.ir.graph import Block, Value
+from static_runtime.ir.graph import MASK_WIDENS_NOTHING_META, Block, Value
 
 if TYPE_CHECKING:
     from static_runtime.frontend.export.importer import Importer
@@ -28,6 +29,8 @@ _SYM_BINARY = {
     operator.le: "le", operator.gt: "gt", operator.ge: "ge",
 }
 _SYM_UNARY = {operator.neg: "neg"}
+
+_SDPA = torch.ops.aten.scaled_dot_product_attention.default
 
 #: Symbolic size queries → the TorchScript operators that ask the same (and run natively).
 _SYM_QUERIES = {
@@ -232,6 +235,8 @@ class ImportBlock:
                                  output_types=[_ir_type(r.type) for r in schema.returns])
         node.schema = str(schema)
         node.source = source_of(n)
+        if op is _SDPA and _mask_widens_nothing(n):
+            node.meta[MASK_WIDENS_NOTHING_META] = True
         self.block.append(node)
         for o, hint in zip(node.outputs, [n.name] if len(node.outputs) == 1 else [], strict=False):
             o.set_name(hint)
@@ -339,6 +344,22 @@ class ImportBlock:
         for v in nexts:
             body.add_output(v)
         self.env[n] = tuple(node.outputs)
+
+
+def _mask_widens_nothing(n: torch.fx.Node) -> bool:
+    """Whether the traced shapes show that ``n``'s (a ``scaled_dot_product_attention``)
+    ``attn_mask`` does not widen its result: each mask dimension, aligned from the right with
+    the scores ``query @ keyᵀ``, is 1 or the size of that dimension."""
+    args = list(n.args) + [None] * 4
+    q, k = (a.meta.get("val") if isinstance(a, torch.fx.Node) else None for a in args[:2])
+    mask = args[3] if len(n.args) > 3 else n.kwargs.get("attn_mask")
+    m = mask.meta.get("val") if isinstance(mask, torch.fx.Node) else None
+    if not all(isinstance(t, torch.Tensor) for t in (q, k, m)) or q.dim() < 2:
+        return False
+    scores = (*q.shape[:-1], k.shape[-2])
+    return m.dim() <= len(scores) and all(
+        statically_known_true(size == 1) or statically_known_true(size == target)
+        for size, target in zip(reversed(m.shape), reversed(scores), strict=False))
 
 
 def _fetch_attr(gm: torch.nn.Module, target: str) -> Any:
