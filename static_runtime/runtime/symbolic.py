@@ -134,6 +134,17 @@ class ShapePrograms:
     #: the module generates the code its layouts will run there, not on the request path
     on_ready: Callable[[tuple, ShapeProgram], None] | None = None
 
+    def __post_init__(self) -> None:
+        # What a build imports lazily is imported here, on the thread preparing the module
+        # (~0.7 s once per process, for ``torch._dynamo``): imported first by the builder
+        # while the request thread's first use of PyTorch imports it too, a module with
+        # circular imports such as ``torch._dynamo`` fails in one of them ("deadlock
+        # detected", "partially initialized module").
+        import torch._dynamo.source  # noqa: F401
+        import torch._subclasses.fake_tensor  # noqa: F401
+        import torch.fx.experimental.symbolic_shapes  # noqa: F401
+        import torch.utils._sympy.printers  # noqa: F401
+
     def get(self, structure: tuple) -> list[ShapeProgram]:
         return self._items.get(structure, ())
 

@@ -655,3 +655,25 @@ def test_remainder_and_reversed_subtraction_of_a_size_are_followed():
         x = torch.randn(b, n, generator=g)  # 0 or 1 is outside the guards, as a size of 1 is)
         torch.testing.assert_close(mod(x), model(x))
     assert _served(mod) >= 3
+
+
+def test_what_a_build_imports_is_imported_while_preparing():
+    """A program's build imports ``torch._dynamo`` lazily; on the builder thread, while the
+    request thread's first use of PyTorch imported it too, one of them failed ("deadlock
+    detected", "partially initialized module 'torch._dynamo'": an ahead-of-time plan of the
+    next module failed). Preparing a module with shape programs imports it first, on the
+    preparing thread, in a fresh process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, static_runtime as sr\n"
+        "assert 'torch._dynamo' not in sys.modules\n"
+        "g = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU()))\n"
+        "mod = sr.StaticModule(g)\n"
+        "assert 'torch._dynamo.source' in sys.modules\n"
+        "off = sr.StaticModule(g, sr.StaticModuleOptions(shape_programs=False))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
