@@ -34,6 +34,16 @@ class LayoutCache:
             self.hits += 1
             return item
 
+    def touch(self, key: Hashable, item: Any) -> bool:
+        """Whether ``key`` still maps to ``item`` (then a hit, and the most recent); a
+        miss is not counted: the caller looks it up again."""
+        with self._lock:
+            if self._items.get(key) is not item:
+                return False
+            self._items.move_to_end(key)
+            self.hits += 1
+            return True
+
     def put(self, key: Hashable, item: Any) -> None:
         with self._lock:
             self._items[key] = item

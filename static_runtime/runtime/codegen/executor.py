@@ -110,7 +110,7 @@ class CodegenExecutor(Interpreter):
             key = signature(inputs)
             ready = self._ready.get(key)
             if ready is not None and (ready is self._entered
-                                      or self.memory.layouts.get(key) is ready.layout):
+                                      or self.memory.layouts.touch(key, ready.layout)):
                 if ready is not self._entered:
                     self._enter(key, ready)
                 pending = ready.pending
