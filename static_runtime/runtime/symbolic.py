@@ -140,9 +140,9 @@ class ShapePrograms:
         # while the request thread's first use of PyTorch imports it too, a module with
         # circular imports such as ``torch._dynamo`` fails in one of them ("deadlock
         # detected", "partially initialized module").
-        import torch._dynamo.source  # noqa: F401
-        import torch._subclasses.fake_tensor  # noqa: F401
-        import torch.fx.experimental.symbolic_shapes  # noqa: F401
+        import torch._dynamo.source
+        import torch._subclasses.fake_tensor
+        import torch.fx.experimental.symbolic_shapes
         import torch.utils._sympy.printers  # noqa: F401
 
     def get(self, structure: tuple) -> list[ShapeProgram]:

@@ -674,6 +674,6 @@ def test_what_a_build_imports_is_imported_while_preparing():
         "assert 'torch._dynamo.source' in sys.modules\n"
         "off = sr.StaticModule(g, sr.StaticModuleOptions(shape_programs=False))\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
+                          text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
