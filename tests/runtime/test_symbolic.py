@@ -273,21 +273,28 @@ def test_a_batch_of_one_first_still_gets_the_other_batches_a_program():
     assert mod._codes.generated == generated
 
 
+class _Bags(torch.nn.Module):
+    """``EmbeddingBag`` over a 2-D batch (offsets the batch size decides), as a recommender's
+    sparse features are."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag = torch.nn.EmbeddingBag(50, 4, mode="sum")
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, idx):
+        return torch.relu(self.lin(self.bag(idx))) * 2
+
+
+def _bags(batch: int, seed: int = 0) -> Tensor:
+    return torch.randint(0, 50, (batch, 5), generator=torch.Generator().manual_seed(seed))
+
+
 def test_tensors_the_signature_decides_are_made_once_per_size():
     """``arange(0, n * k, k)`` offsets of a 2-D ``EmbeddingBag`` input depend on its sizes
     only: the shape program's code makes them on a size's first call and keeps them; each
     size gets its own, and results equal eager's on every size, in any order."""
-
-    class Bag(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bag = torch.nn.EmbeddingBag(50, 4, mode="sum")
-            self.lin = torch.nn.Linear(4, 3)
-
-        def forward(self, idx):
-            return torch.relu(self.lin(self.bag(idx))) * 2
-
-    model = Bag().eval()
+    model = _Bags().eval()
     s = _script(model)
     mod = sr.StaticModule(s, sr.StaticModuleOptions(specialize_after=1000))
     mod(torch.randint(0, 50, (40, 5)))
@@ -409,23 +416,6 @@ def test_views_of_arena_tensors_are_kept_per_layout_and_retaken_when_a_write_is_
     for n in (20, 4, 20):
         x = torch.randn(n, 6)
         torch.testing.assert_close(mod(x), s(x))
-
-
-class _Bags(torch.nn.Module):
-    """``EmbeddingBag`` over a 2-D batch (offsets the batch size decides), as a recommender's
-    sparse features are."""
-
-    def __init__(self):
-        super().__init__()
-        self.bag = torch.nn.EmbeddingBag(50, 4, mode="sum")
-        self.lin = torch.nn.Linear(4, 3)
-
-    def forward(self, idx):
-        return torch.relu(self.lin(self.bag(idx))) * 2
-
-
-def _bags(batch: int, seed: int = 0) -> Tensor:
-    return torch.randint(0, 50, (batch, 5), generator=torch.Generator().manual_seed(seed))
 
 
 def test_sizes_recorded_while_the_wider_program_was_made_move_to_it():
