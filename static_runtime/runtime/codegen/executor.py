@@ -66,8 +66,11 @@ class CodegenExecutor(Interpreter):
         #: attribute writes (``_enter``) instead of ``prepare``'s install and checks
         self._ready: dict[tuple, _Ready] = {}
         self._entered: _Ready | None = None
+        #: the entered signature whose tensors the value array does not hold yet
+        self._unsynced: _Ready | None = None
 
     def prepare(self, inputs: list[Any]) -> None:
+        self._sync()
         super().prepare(inputs)
         if self._own_key:
             key = signature(inputs)
@@ -78,7 +81,7 @@ class CodegenExecutor(Interpreter):
     def install(self, layout) -> bool:
         arena = self.arena
         reused = super().install(layout)
-        self._entered = None
+        self._entered = self._unsynced = None
         if self.arena is not arena:
             self._ready.clear()  # their tensors were over the arena made before
         held = self._bindings.get(id(layout))
@@ -174,11 +177,18 @@ class CodegenExecutor(Interpreter):
         self._direct, self._plain_outputs = ready.direct, ready.plain_outputs
         self._recording = self._verifying = False
         self._confirm = None  # (left by a call that raised: it was about another layout)
-        values = self.values
-        for s, t in ready.values:
-            values[s] = t
         self.unkept = set(ready.unkept)
-        self._entered = ready
+        self._entered = self._unsynced = ready
+
+    def _sync(self) -> None:
+        """Put the entered signature's tensors in the value array, which only the paths
+        beyond ``_Ready``'s read (``_enter`` leaves it: a switch writes no slot)."""
+        ready = self._unsynced
+        if ready is not None:
+            self._unsynced = None
+            values = self.values
+            for s, t in ready.values:
+                values[s] = t
 
     def _recorded_before(self) -> bool:
         """Whether this signature's recording call may run generated code: its structure
@@ -317,6 +327,7 @@ class CodegenExecutor(Interpreter):
         an arena tensor, allocate this value from now on (new code next call)."""
         if not _is_refused_resize(e):
             raise e
+        self._sync()
         self.refused_write(slot, self.values[slot])
         self._fast = None
         self._ready.pop(self._key, None)
