@@ -58,7 +58,8 @@ Fact = Const | TensorFact | SeqFact
 
 #: Tensor metadata the key determines: evaluated on a meta tensor of the known dtype/shape.
 
-CONST_TYPES = (int, float, str, bool, type(None), torch.dtype, torch.device)
+CONST_TYPES = (int, float, str, bool, type(None), torch.dtype, torch.device, torch.layout,
+               torch.memory_format)
 CPU = torch.device("cpu")
 META = torch.device("meta")
 #: a value no fact stands for

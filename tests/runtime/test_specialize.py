@@ -403,3 +403,39 @@ def test_metadata_checks_the_signature_decides_are_left_out():
         ep.module()(*wrong)
     with pytest.raises(RuntimeError, match="dtype"):
         mod(*wrong)
+
+
+class _Positions(torch.nn.Module):
+    """A tensor made with an explicit ``layout`` (``torch.strided``: a constant ``torch.export``
+    keeps as it is, where TorchScript spells it as an int), then a cast the result already
+    has."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        pos = torch.ones(x.shape[1], dtype=torch.float32, layout=torch.strided,
+                         device=x.device)
+        y = x + pos
+        return torch.relu(y.to(torch.float32)) * 2
+
+
+def test_layout_and_memory_format_constants_are_facts():
+    """A ``torch.layout`` (or ``torch.memory_format``) constant is a fact like a dtype: the
+    values computed past it keep their dtype and shape facts, so the cast's metadata check
+    after them is still left out of code specialised on the signature."""
+    import sys
+    from pathlib import Path
+
+    from torch.export import Dim
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "frontend"))
+    from eager_check import check_eager
+
+    model = _Positions().eval()
+    seq = Dim("seq", min=2, max=64)
+    ep = torch.export.export(model, (torch.randn(2, 5),), dynamic_shapes=({1: seq},))
+    plain = sr.StaticModule(ep)
+    assert "_assert_tensor_metadata" in str(plain.graph)
+    assert any(isinstance(c, torch.layout) for c in plain.plan.constants.values())
+    sets = [(torch.randn(2, 7),), (torch.randn(2, 3),)]
+    check_eager(lambda opts: sr.StaticModule(ep, options=opts), model, sets)
+    code = _code_for(sr.StaticModule(ep, options=AT_ONCE), *sets[0])
+    assert "_assert_tensor_metadata" not in code
