@@ -57,6 +57,15 @@ class SchemaInfo:
     def writes_any_input(self) -> bool:
         return any(a.is_write for a in self.arguments)
 
+    def views_first_argument(self) -> bool:
+        """Whether the one result may be an alias of the first argument (``view``,
+        ``expand``, but also ``reshape``, ``contiguous``, ``to``, which copy when they must)
+        and nothing is written."""
+        if len(self.returns) != 1 or not self.arguments or self.writes_any_input():
+            return False
+        ret, first = self.returns[0], self.arguments[0]
+        return not ret.is_write and bool(ret.alias_sets & first.alias_sets)
+
     def has_alias_annotations(self) -> bool:
         return any(a.alias_sets or a.is_write for a in self.arguments + self.returns)
 

@@ -48,13 +48,8 @@ def drop_noop_masks(graph: Graph) -> bool:
 def is_view(node: Node) -> bool:
     """Whether ``node``'s one result is, by its schema, an alias of its first argument, and it
     writes nothing: the result's elements are among that argument's."""
-    if node.schema is None or len(node.outputs) != 1 or not node.inputs:
-        return False
-    info = S.parse(node.schema)
-    if len(info.returns) != 1 or not info.arguments or info.writes_any_input():
-        return False
-    ret, first = info.returns[0], info.arguments[0]
-    return not ret.is_write and bool(ret.alias_sets & first.alias_sets)
+    return (node.schema is not None and len(node.outputs) == 1 and bool(node.inputs)
+            and S.parse(node.schema).views_first_argument())
 
 
 def _masks_nothing(mask: Value) -> bool:

@@ -271,12 +271,9 @@ class _Run:
         info = S.parse(node.schema)
         if info.returns or info.writes_any_input() or info.namespace != "aten":
             return False
-        args, constants = [], self.owner.plan.constants
+        args = []
         for a, slot in zip(info.arguments, pn.inputs, strict=False):
             fact = self.facts.get(slot)
-            if fact is None and slot in constants and not isinstance(constants[slot],
-                                                                     torch.Tensor):
-                fact = Const(constants[slot])  # (a layout, a memory format: no fact kind)
             if isinstance(fact, TensorFact) and fact.device is not None:
                 args.append(torch.empty_strided(fact.shape, (0,) * len(fact.shape),
                                                 dtype=fact.dtype, device=fact.device))

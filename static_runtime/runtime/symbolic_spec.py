@@ -11,7 +11,7 @@ import torch
 
 from static_runtime.ir import schema as S
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
-from static_runtime.runtime.facts import Const, SeqFact, Specialization
+from static_runtime.runtime.facts import CONST_TYPES, Const, SeqFact, Specialization
 from static_runtime.runtime.liveness import Liveness
 from static_runtime.runtime.plan import Control, ExecutionPlan
 from static_runtime.runtime.specialize import Specializer
@@ -21,7 +21,6 @@ from static_runtime.runtime.symbolic_run import Runner
 #: layout is made, not on later calls of its sizes, so nothing is folded in a graph with one
 _STRIDE_KINDS = frozenset({"aten::stride", "aten::is_contiguous",
                            "aten::is_non_overlapping_and_dense", "prim::is_contiguous"})
-_FOLDABLE = (int, float, bool, str, type(None), torch.dtype, torch.device)
 
 
 def structure_spec(plan: ExecutionPlan, runner: Runner, values: list[Any]
@@ -98,9 +97,7 @@ def _kept_views(plan: ExecutionPlan, spec: Specialization, runner: Runner,
                 or pn.node in spec.dropped or pn.node.schema is None or not pn.inputs):
             continue
         info = S.parse(pn.node.schema)
-        first, ret = info.arguments[0], info.returns[0] if len(info.returns) == 1 else None
-        if (ret is None or ret.type != "Tensor" or first.is_write or not first.alias_sets
-                or ret.alias_sets != first.alias_sets):
+        if not info.views_first_argument() or info.returns[0].type != "Tensor":
             continue
         src, out = pn.inputs[0], pn.outputs[0]
         if ((src in managed or src in viewed) and src not in volatile
@@ -165,8 +162,8 @@ def _hint_numel(t: torch.Tensor) -> int:
 
 
 def _fact_of(v: Any) -> Any:
-    if type(v) in _FOLDABLE:
+    if type(v) in CONST_TYPES:
         return Const(v)
-    if isinstance(v, (list, tuple)) and all(type(e) in _FOLDABLE for e in v):
+    if isinstance(v, (list, tuple)) and all(type(e) in CONST_TYPES for e in v):
         return SeqFact(type(v), tuple(Const(e) for e in v))
     return None
