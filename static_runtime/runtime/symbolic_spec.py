@@ -108,9 +108,9 @@ def _kept_views(plan: ExecutionPlan, spec: Specialization, runner: Runner,
     return kept
 
 
-#: constants that change only through a write the alias analysis sees
-_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.Tensor, list,
-          tuple, dict)
+#: constants that change only through a write the alias analysis sees (a layout constant,
+#: which ``torch.export`` keeps, is one: not an object with state)
+_PLAIN = (*CONST_TYPES, torch.Tensor, list, tuple, dict)
 
 
 def _volatile(plan: ExecutionPlan, specializer: Specializer) -> set[int]:

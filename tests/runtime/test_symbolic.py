@@ -667,3 +667,30 @@ def test_what_a_build_imports_is_imported_while_preparing():
     done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+class _Ones(torch.nn.Module):
+    """A tensor made with an explicit ``layout``: ``torch.export`` keeps ``torch.strided`` as
+    a constant of its own type (TorchScript spells an int)."""
+
+    def forward(self, x):
+        pos = torch.ones(x.shape[1], dtype=torch.float32, layout=torch.strided,
+                         device=x.device)
+        return torch.relu(x + pos) * 2
+
+
+def test_a_layout_constant_is_not_object_state():
+    """A ``torch.layout`` constant changes no more than a dtype does: what is computed from
+    it and the sizes (``ones(n)``) is kept per layout by the program's code, not made on
+    every call as what an object's state gives is."""
+    model = _Ones()
+    ep = torch.export.export(model, (torch.randn(2, 5),),
+                             dynamic_shapes=({1: torch.export.Dim("s", min=2, max=64)},))
+    mod = sr.StaticModule(ep)
+    mod(torch.randn(2, 7))
+    wait_for_builds()
+    programs = [p for ps in mod._memory.programs._items.values() for p in ps]
+    assert programs and "aten::ones" in {n.kind for n in programs[0].spec.memo}
+    for n in (9, 11, 7, 9):
+        x = torch.randn(2, n)
+        torch.testing.assert_close(mod(x), model(x))
