@@ -12,7 +12,10 @@ each input shape, layout (channels-last or not) and thread count, the first call
   conversion is timed with it) and the weight in channels-last, the activation in place;
 * ``matmul`` (1 × 1, stride 1, no padding, one group): the channels-last input seen as a
   (pixels, in channels) matrix times the (in, out) weight, by ``addmm``, the activation in
-  place.
+  place;
+* ``native`` (depthwise: one filter per channel): our own C kernel (``ops/ckernels``) on the
+  channels-last input, ReLU / ReLU6 applied in it, other activations in place after it — where
+  a compiler could build it. Every kernel PyTorch ships pays ~18 µs a call here at batch 1.
 
 Every candidate returns a channels-last tensor, as the oneDNN kernel does, so a choice never
 changes the layout the operators after it see (``passes/fusion.py`` fuses only convolutions
@@ -27,6 +30,7 @@ from typing import Any
 import torch
 
 from static_runtime.ir.graph import Node
+from static_runtime.ops import ckernels
 from static_runtime.ops.kernels import KernelChooser
 from static_runtime.ops.native.fused import CONV2D_POINTWISE, CONV_POSTOPS, _is_pointwise_1x1
 from static_runtime.ops.registry import labelled, register_measured
@@ -112,10 +116,17 @@ class ConvKernels:
         names = ["onednn", "aten"]
         if _is_pointwise_1x1(self.weight, self.stride, self.padding, self.groups):
             names.append("matmul")
+        if self._is_depthwise() and ckernels.available():
+            names.append("native")
         return tuple(names)
 
+    def _is_depthwise(self) -> bool:
+        return (self.weight.shape[1] == 1 and self.groups == self.weight.shape[0]
+                and len(self.stride) == len(self.padding) == len(self.dilation) == 2)
+
     def kernel(self, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
-        makers = {"onednn": self._onednn, "aten": self._aten, "matmul": self._matmul}
+        makers = {"onednn": self._onednn, "aten": self._aten, "matmul": self._matmul,
+                  "native": self._native}
         if name not in makers or name not in self.names():
             raise ValueError(f"no convolution kernel named {name!r} for this convolution; "
                              f"there are {list(self.names())}")
@@ -166,6 +177,20 @@ class ConvKernels:
             return out if act_ is None else act_(out)
 
         return matmul
+
+
+    def _native(self):
+        inside = self.attr if self.attr in ckernels.DEPTHWISE_ACTIVATIONS else "none"
+        kernel = ckernels.depthwise_conv2d(self.weight, self.bias, self.stride, self.padding,
+                                           self.dilation, inside)
+        if inside == self.attr:
+            return kernel
+        act_ = self.act_
+
+        def native(x):
+            return act_(kernel(x))
+
+        return native
 
 
 def _bound(kernel: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor):

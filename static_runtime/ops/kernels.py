@@ -215,12 +215,15 @@ class KernelChooser:
         self.skipped = 0
         self._lock = threading.Lock()
 
-    def full_key(self, key: str) -> str:
-        return f"{key} | threads={torch.get_num_threads()} | cpu={self.cpu}"
+    def full_key(self, key: str, names: tuple[str, ...]) -> str:
+        """The cache key: ``key``, the candidates (a choice made without a kernel that is
+        available now is not the choice among all of them), the thread count and the CPU."""
+        return (f"{key} | candidates={','.join(sorted(names))} | "
+                f"threads={torch.get_num_threads()} | cpu={self.cpu}")
 
     def lookup(self, key: str, names: tuple[str, ...]) -> Choice | None:
-        """The remembered choice for ``key`` if it names one of ``names``, else None."""
-        entry = self.cache.get(self.full_key(key))
+        """The remembered choice for ``key`` among ``names``, else None."""
+        entry = self.cache.get(self.full_key(key, names))
         if not entry or entry.get("choice") not in names:
             return None
         with self._lock:
@@ -254,7 +257,7 @@ class KernelChooser:
         entry = {"choice": best, "us": {n: round(t, 2) for n, t in timings.items()}}
         if dropped:
             entry["dropped"] = dropped
-        self.cache.put(self.full_key(key), entry)
+        self.cache.put(self.full_key(key, names), entry)
         return Choice(best, entry["us"], "measured")
 
     def summary(self) -> str:

@@ -190,7 +190,7 @@ def test_measure_drops_wrong_and_failing_candidates(tmp_path):
     choice = chooser.choose("k", ("ref", "wrong", "fails"),
                             lambda: {"ref": good, "wrong": lambda: x * 3, "fails": fails}, "ref")
     assert choice.name == "ref" and set(choice.timings_us) == {"ref"}
-    entry = chooser.cache.get(chooser.full_key("k"))
+    entry = chooser.cache.get(chooser.full_key("k", ("ref", "wrong", "fails")))
     assert set(entry["dropped"]) == {"wrong", "fails"}
     with pytest.raises(ValueError, match="default kernel"):
         chooser.choose("other", ("a",), lambda: {"a": good}, "b")
@@ -229,15 +229,24 @@ def test_corrupt_cache_warns_and_is_rewritten(tmp_path):
 
 def test_key_names_threads_and_cpu(tmp_path):
     chooser = KernelChooser(DiskCache(tmp_path / "k.json"))
-    key = chooser.full_key("linear M=1")
-    assert f"threads={torch.get_num_threads()}" in key
+    key = chooser.full_key("linear M=1", ("onednn", "aten"))
+    assert f"threads={torch.get_num_threads()}" in key and "candidates=aten,onednn" in key
     assert torch.backends.cpu.get_cpu_capability() in key and torch.__version__ in key
 
 
 def test_remembered_choice_of_an_unknown_kernel_is_not_taken(tmp_path):
     chooser = KernelChooser(DiskCache(tmp_path / "k.json"))
-    chooser.cache.put(chooser.full_key("k"), {"choice": "gone", "us": {}})
+    chooser.cache.put(chooser.full_key("k", ("aten", "onednn")), {"choice": "gone", "us": {}})
     assert chooser.lookup("k", ("aten", "onednn")) is None
+
+
+def test_a_choice_made_without_a_candidate_available_now_is_measured_again(tmp_path):
+    chooser = KernelChooser(DiskCache(tmp_path / "k.json"))
+    x = torch.randn(4)
+    first = chooser.choose("k", ("aten",), lambda: {"aten": lambda: x + 1}, "aten")
+    assert first.how == "measured"
+    assert chooser.lookup("k", ("aten",)).name == "aten"
+    assert chooser.lookup("k", ("aten", "native")) is None  # a new kernel: not yet compared
 
 
 def test_gemm_kernels_agree_with_addmm():
@@ -313,7 +322,7 @@ def test_conv_differential_two_shape_sets():
     assert "x=(2, 3, 9, 7) threads=" in mod.describe()
 
 
-@pytest.mark.parametrize("name", ["onednn", "aten", "matmul"])
+@pytest.mark.parametrize("name", ["onednn", "aten", "matmul", "native"])
 def test_each_conv_kernel_forced(name, monkeypatch):
     def forced(self, key, names, make, default):
         return Choice(name if name in names else default, {}, "forced")
@@ -336,6 +345,6 @@ def test_conv_kernels_return_channels_last():
         assert y.is_contiguous(memory_format=torch.channels_last), name
         torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-5)
     grouped = ConvKernels(torch.randn(8, 1, 3, 3), None, [1, 1], [1, 1], [1, 1], 8, "none")
-    assert grouped.names() == ("onednn", "aten")
+    assert grouped.names()[:2] == ("onednn", "aten") and "matmul" not in grouped.names()
     with pytest.raises(ValueError, match="no convolution kernel named 'matmul'"):
         grouped.kernel("matmul")

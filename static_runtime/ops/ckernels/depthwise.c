@@ -1,0 +1,133 @@
+#include <stdint.h>
+#include <string.h>
+
+typedef float v16 __attribute__((vector_size(64), aligned(4)));
+typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+typedef int32_t vi8 __attribute__((vector_size(32), aligned(4)));
+
+#define ACT(V, VI, NAME) \
+static inline V NAME(V x, int act) { \
+    const V zero = {0}; \
+    if (act == 1) return (V)((VI)x & (x > zero)); \
+    if (act == 2) { \
+        V six = zero + 6.0f; x = (V)((VI)x & (x > zero)); \
+        VI m = x < six; return (V)(((VI)x & m) | ((VI)six & ~m)); } \
+    return x; }
+ACT(v16, vi16, act16)
+ACT(v8, vi8, act8)
+static inline float act1(float x, int act) {
+    if (act == 1) return x > 0 ? x : 0;
+    if (act == 2) return x > 0 ? (x < 6 ? x : 6) : 0;
+    return x;
+}
+
+/* Interior pixels x .. x + 3 (every tap inside the input) of one output row, channels
+   [c0, c0 + L): four independent sums. */
+#define QUAD(V, NAME, ACTF) \
+static inline void NAME(const float *in, const float *w, const float *bias, float *o, \
+                        int64_t c0, int64_t wd, int64_t c, int64_t kw, int64_t sw, int64_t pw, \
+                        int64_t dw, int64_t i0, int64_t i1, int64_t iy0, int64_t dh, int64_t x, \
+                        int act) { \
+    V b; if (bias) memcpy(&b, bias + c0, sizeof(V)); else memset(&b, 0, sizeof(V)); \
+    V a0 = b, a1 = b, a2 = b, a3 = b; \
+    for (int64_t i = i0; i < i1; i++) { \
+        const float *p = in + ((iy0 + i * dh) * wd + x * sw - pw) * c + c0; \
+        const float *wr = w + i * kw * c + c0; \
+        for (int64_t j = 0; j < kw; j++, p += dw * c) { \
+            V wv, p0, p1, p2, p3; memcpy(&wv, wr + j * c, sizeof(V)); \
+            memcpy(&p0, p, sizeof(V)); memcpy(&p1, p + sw * c, sizeof(V)); \
+            memcpy(&p2, p + 2 * sw * c, sizeof(V)); memcpy(&p3, p + 3 * sw * c, sizeof(V)); \
+            a0 += p0 * wv; a1 += p1 * wv; a2 += p2 * wv; a3 += p3 * wv; \
+        } \
+    } \
+    a0 = ACTF(a0, act); a1 = ACTF(a1, act); a2 = ACTF(a2, act); a3 = ACTF(a3, act); \
+    memcpy(o + x * c + c0, &a0, sizeof(V)); memcpy(o + (x + 1) * c + c0, &a1, sizeof(V)); \
+    memcpy(o + (x + 2) * c + c0, &a2, sizeof(V)); memcpy(o + (x + 3) * c + c0, &a3, sizeof(V)); \
+}
+QUAD(v16, quad16, act16)
+QUAD(v8, quad8, act8)
+QUAD(float, quad1, act1)
+
+/* One pixel x of one output row, channels [c0, c0 + K * L) with K sums of L channels,
+   taps outside the input skipped. */
+#define PIXEL(V, K, NAME, ACTF) \
+static inline void NAME(const float *in, const float *w, const float *bias, float *o, \
+                        int64_t c0, int64_t wd, int64_t c, int64_t kw, int64_t sw, int64_t pw, \
+                        int64_t dw, int64_t i0, int64_t i1, int64_t iy0, int64_t dh, int64_t x, \
+                        int act) { \
+    V a[K]; \
+    for (int k = 0; k < K; k++) { \
+        if (bias) memcpy(&a[k], bias + c0 + k * (int64_t)(sizeof(V) / 4), sizeof(V)); \
+        else memset(&a[k], 0, sizeof(V)); } \
+    for (int64_t i = i0; i < i1; i++) { \
+        const float *row = in + (iy0 + i * dh) * wd * c + c0; \
+        const float *wr = w + i * kw * c + c0; \
+        for (int64_t j = 0; j < kw; j++) { \
+            int64_t ix = x * sw - pw + j * dw; \
+            if (ix < 0 || ix >= wd) continue; \
+            for (int k = 0; k < K; k++) { \
+                V wv, pv; \
+                memcpy(&wv, wr + j * c + k * (int64_t)(sizeof(V) / 4), sizeof(V)); \
+                memcpy(&pv, row + ix * c + k * (int64_t)(sizeof(V) / 4), sizeof(V)); \
+                a[k] += pv * wv; } \
+        } \
+    } \
+    for (int k = 0; k < K; k++) { \
+        a[k] = ACTF(a[k], act); \
+        memcpy(o + x * c + c0 + k * (int64_t)(sizeof(V) / 4), &a[k], sizeof(V)); } \
+}
+PIXEL(v16, 4, pixel64, act16)
+PIXEL(v16, 1, pixel16, act16)
+PIXEL(v8, 1, pixel8, act8)
+PIXEL(float, 1, pixel1, act1)
+
+/* Depthwise 2-D convolution (one filter per channel) of a channels-last float32 input:
+   in (N, H, W, C), w (KH, KW, C), bias (C) or NULL, out (N, OH, OW, C); act 0 none,
+   1 relu, 2 relu6. */
+void sr_depthwise_conv2d_nhwc(const float *in, const float *w, const float *bias, float *out,
+                              int64_t n_, int64_t h, int64_t wd, int64_t c, int64_t kh, int64_t kw,
+                              int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                              int64_t oh, int64_t ow, int act) {
+    /* first output column whose taps are all inside, and one past the last */
+    int64_t x0 = (pw + sw - 1) / sw;
+    int64_t x1 = 0;
+    if (wd - 1 - (kw - 1) * dw + pw >= 0) x1 = (wd - 1 - (kw - 1) * dw + pw) / sw + 1;
+    if (x1 > ow) x1 = ow;
+    if (x0 > x1) x0 = x1;
+    for (int64_t n = 0; n < n_; n++) {
+        const float *inb = in + n * h * wd * c;
+        float *outb = out + n * oh * ow * c;
+        for (int64_t y = 0; y < oh; y++) {
+            int64_t iy0 = y * sh - ph;  /* input row of tap 0 */
+            int64_t i0 = 0, i1 = kh;   /* taps inside the input */
+            while (i0 < kh && iy0 + i0 * dh < 0) i0++;
+            while (i1 > i0 && iy0 + (i1 - 1) * dh >= h) i1--;
+            float *o = outb + y * ow * c;
+            int64_t x = 0;
+            while (x < ow) {
+                if (x >= x0 && x + 4 <= x1) {
+                    int64_t c0 = 0;
+                    for (; c0 + 16 <= c; c0 += 16)
+                        quad16(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                    for (; c0 + 8 <= c; c0 += 8)
+                        quad8(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                    for (; c0 < c; c0++)
+                        quad1(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                    x += 4;
+                } else {
+                    int64_t c0 = 0;
+                    for (; c0 + 64 <= c; c0 += 64)
+                        pixel64(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                    for (; c0 + 16 <= c; c0 += 16)
+                        pixel16(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                    for (; c0 + 8 <= c; c0 += 8)
+                        pixel8(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                    for (; c0 < c; c0++)
+                        pixel1(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                    x += 1;
+                }
+            }
+        }
+    }
+}
