@@ -13,9 +13,10 @@ each input shape, layout (channels-last or not) and thread count, the first call
 * ``matmul`` (1 × 1, stride 1, no padding, one group): the channels-last input seen as a
   (pixels, in channels) matrix times the (in, out) weight, by ``addmm``, the activation in
   place;
-* ``native`` (depthwise: one filter per channel): our own C kernel (``ops/ckernels``) on the
-  channels-last input, ReLU / ReLU6 applied in it, other activations in place after it — where
-  a compiler could build it. Every kernel PyTorch ships pays ~18 µs a call here at batch 1.
+* ``native`` (depthwise — one filter per channel — and 1 × 1 as for ``matmul``): our own C
+  kernels (``ops/ckernels``) on the channels-last input, bias and ReLU / ReLU6 applied in them,
+  other activations in place after them — where a compiler could build them. Every depthwise
+  kernel PyTorch ships pays ~18 µs a call here at batch 1.
 
 Every candidate returns a channels-last tensor, as the oneDNN kernel does, so a choice never
 changes the layout the operators after it see (``passes/fusion.py`` fuses only convolutions
@@ -116,7 +117,7 @@ class ConvKernels:
         names = ["onednn", "aten"]
         if _is_pointwise_1x1(self.weight, self.stride, self.padding, self.groups):
             names.append("matmul")
-        if self._is_depthwise() and ckernels.available():
+        if (self._is_depthwise() or "matmul" in names) and ckernels.available():
             names.append("native")
         return tuple(names)
 
@@ -180,9 +181,14 @@ class ConvKernels:
 
 
     def _native(self):
-        inside = self.attr if self.attr in ckernels.DEPTHWISE_ACTIVATIONS else "none"
-        kernel = ckernels.depthwise_conv2d(self.weight, self.bias, self.stride, self.padding,
-                                           self.dilation, inside)
+        inside = self.attr if self.attr in ckernels.ACTIVATIONS else "none"
+        if self._is_depthwise():
+            kernel = ckernels.depthwise_conv2d(self.weight, self.bias, self.stride,
+                                               self.padding, self.dilation, inside)
+        else:  # 1 × 1: a product on the channels-last pixels
+            cout, cin = self.weight.shape[:2]
+            kernel = ckernels.Gemm(self.weight.reshape(cout, cin).t(), self.bias,
+                                   inside).conv1x1()
         if inside == self.attr:
             return kernel
         act_ = self.act_

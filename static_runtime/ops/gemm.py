@@ -21,7 +21,10 @@ the choice is remembered — and keeps the answer for the next calls:
   layout, bias and activation fused; it allocates its result, so the copy into the planned
   tensor is part of what is timed;
 * ``mkl``: ``mkl._mkl_linear`` on the weight packed by MKL for that row count (kept only
-  where it won), the activation in place, copied likewise.
+  where it won), the activation in place, copied likewise;
+* ``native``: our own kernel (``ops/ckernels/gemm.c``) on the weight packed once into its
+  panels, bias and ReLU / ReLU6 in its epilogue (other activations in place after it), written
+  straight into the planned tensor — where a C compiler could build it.
 
 Anything else — another dtype or device, a non-contiguous input, arguments that are not the
 constants (a planning run on meta copies) — runs the implementation selected otherwise.
@@ -35,6 +38,7 @@ from typing import Any
 import torch
 
 from static_runtime.ir.graph import Node
+from static_runtime.ops import ckernels
 from static_runtime.ops.kernels import KernelChooser
 from static_runtime.ops.native.fused import LINEAR_POINTWISE, LINEAR_POSTOPS
 from static_runtime.ops.registry import labelled, register_measured
@@ -114,6 +118,8 @@ def candidate_names() -> tuple[str, ...]:
         names.append("onednn")
     if torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear"):
         names.append("mkl")
+    if ckernels.available():
+        names.append("native")
     return tuple(names)
 
 
@@ -128,6 +134,7 @@ class GemmKernels:
         self._weight: torch.Tensor | None = None  # (n, k) contiguous, for the packings
         self._onednn_weight: torch.Tensor | None = None
         self.mkl_packs: dict[int, torch.Tensor] = {}
+        self._native: ckernels.Gemm | None = None
 
     @property
     def weight(self) -> torch.Tensor:
@@ -136,7 +143,8 @@ class GemmKernels:
         return self._weight
 
     def kernel(self, name: str, rows: int) -> Callable[[torch.Tensor, Any], torch.Tensor]:
-        makers = {"aten": self._aten, "onednn": self._onednn, "mkl": self._mkl}
+        makers = {"aten": self._aten, "onednn": self._onednn, "mkl": self._mkl,
+                  "native": self._native_kernel}
         if name not in makers:
             raise ValueError(f"no GEMM kernel named {name!r}; there are {sorted(makers)}")
         return makers[name](rows)
@@ -185,6 +193,24 @@ class GemmKernels:
         return mkl
 
 
+    def drop_native(self) -> None:
+        self._native = None
+
+    def _native_kernel(self, rows: int):
+        inside = self.attr if self.attr in ckernels.ACTIVATIONS else "none"
+        if self._native is None:
+            self._native = ckernels.Gemm(self.weight_t, self.bias, inside)
+        gemm = self._native.kernel()
+        if inside == self.attr:
+            return gemm
+        act_ = self.act_
+
+        def native(x2, o2):
+            return act_(gemm(x2, o2))
+
+        return native
+
+
 def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
                    x_index: int, ranks: tuple, constants: tuple[tuple[int, Any], ...],
                    weight_t: torch.Tensor, bias: torch.Tensor | None, attr: str) -> Pair:
@@ -223,6 +249,8 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         choice = chooser.choose(problem, names, make, default="aten")
         if choice.name != "mkl":
             kernels.mkl_packs.pop(rows, None)
+        if choice.name != "native" and not any(c.name == "native" for c in choices.values()):
+            kernels.drop_native()  # its packed copy of the weight serves no row count
         kernel = kernels.kernel(choice.name, rows)
         if not choice.how.startswith("default (another"):
             chosen[key] = kernel

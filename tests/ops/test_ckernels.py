@@ -30,7 +30,7 @@ DEPTHWISE = [
 
 
 @pytest.mark.parametrize("case", DEPTHWISE, ids=lambda c: "c{}_{}x{}_k{}".format(*c[:3], c[3]))
-@pytest.mark.parametrize("act", sorted(ckernels.DEPTHWISE_ACTIVATIONS))
+@pytest.mark.parametrize("act", sorted(ckernels.ACTIVATIONS))
 @pytest.mark.parametrize("bias", [True, False])
 def test_depthwise_matches_conv2d(case, act, bias):
     c, h, w, k, stride, padding, dilation = case
@@ -39,8 +39,8 @@ def test_depthwise_matches_conv2d(case, act, bias):
     b = torch.randn(c) if bias else None
     kernel = ckernels.depthwise_conv2d(weight, b, list(stride), list(padding), list(dilation),
                                        act)
-    post = {"none": lambda t: t, "relu": torch.relu,
-            "relu6": lambda t: torch.clamp(t, 0, 6)}[act]
+    post = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
+            "hardswish": nn.functional.hardswish}[act]
     for batch, (hh, ww) in ((1, (h, w)), (3, (h + 3, w + 2))):  # two shape sets
         for layout in (torch.channels_last, torch.contiguous_format):
             x = torch.randn(batch, c, hh, ww).contiguous(memory_format=layout) * 3

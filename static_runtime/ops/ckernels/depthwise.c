@@ -1,26 +1,12 @@
+/* Depthwise 2-D convolution of a channels-last float32 tensor: one filter per channel, each
+   output pixel a sum over the kernel's taps of input pixel × weight, vectorised across
+   channels (the innermost dimension of channels-last memory, and of the (KH, KW, C) weight).
+   Interior pixels are computed four at a time (four independent sums hide the multiply-add
+   latency); pixels whose taps cross the border one at a time, four channel vectors at once. */
 #include <stdint.h>
 #include <string.h>
 
-typedef float v16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));
-typedef float v8 __attribute__((vector_size(32), aligned(4)));
-typedef int32_t vi8 __attribute__((vector_size(32), aligned(4)));
-
-#define ACT(V, VI, NAME) \
-static inline V NAME(V x, int act) { \
-    const V zero = {0}; \
-    if (act == 1) return (V)((VI)x & (x > zero)); \
-    if (act == 2) { \
-        V six = zero + 6.0f; x = (V)((VI)x & (x > zero)); \
-        VI m = x < six; return (V)(((VI)x & m) | ((VI)six & ~m)); } \
-    return x; }
-ACT(v16, vi16, act16)
-ACT(v8, vi8, act8)
-static inline float act1(float x, int act) {
-    if (act == 1) return x > 0 ? x : 0;
-    if (act == 2) return x > 0 ? (x < 6 ? x : 6) : 0;
-    return x;
-}
+#include "act.h"
 
 /* Interior pixels x .. x + 3 (every tap inside the input) of one output row, channels
    [c0, c0 + L): four independent sums. */
@@ -45,9 +31,9 @@ static inline void NAME(const float *in, const float *w, const float *bias, floa
     memcpy(o + x * c + c0, &a0, sizeof(V)); memcpy(o + (x + 1) * c + c0, &a1, sizeof(V)); \
     memcpy(o + (x + 2) * c + c0, &a2, sizeof(V)); memcpy(o + (x + 3) * c + c0, &a3, sizeof(V)); \
 }
-QUAD(v16, quad16, act16)
-QUAD(v8, quad8, act8)
-QUAD(float, quad1, act1)
+QUAD(v16, quad16, sr_act16)
+QUAD(v8, quad8, sr_act8)
+QUAD(float, quad1, sr_act1)
 
 /* One pixel x of one output row, channels [c0, c0 + K * L) with K sums of L channels,
    taps outside the input skipped. */
@@ -77,14 +63,13 @@ static inline void NAME(const float *in, const float *w, const float *bias, floa
         a[k] = ACTF(a[k], act); \
         memcpy(o + x * c + c0 + k * (int64_t)(sizeof(V) / 4), &a[k], sizeof(V)); } \
 }
-PIXEL(v16, 4, pixel64, act16)
-PIXEL(v16, 1, pixel16, act16)
-PIXEL(v8, 1, pixel8, act8)
-PIXEL(float, 1, pixel1, act1)
+PIXEL(v16, 4, pixel64, sr_act16)
+PIXEL(v16, 1, pixel16, sr_act16)
+PIXEL(v8, 1, pixel8, sr_act8)
+PIXEL(float, 1, pixel1, sr_act1)
 
 /* Depthwise 2-D convolution (one filter per channel) of a channels-last float32 input:
-   in (N, H, W, C), w (KH, KW, C), bias (C) or NULL, out (N, OH, OW, C); act 0 none,
-   1 relu, 2 relu6. */
+   in (N, H, W, C), w (KH, KW, C), bias (C) or NULL, out (N, OH, OW, C); act as in act.h. */
 void sr_depthwise_conv2d_nhwc(const float *in, const float *w, const float *bias, float *out,
                               int64_t n_, int64_t h, int64_t wd, int64_t c, int64_t kh, int64_t kw,
                               int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
