@@ -14,6 +14,7 @@ call of the signature after it is ready takes it. A model called at one shape is
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import warnings
@@ -102,6 +103,7 @@ class BackgroundBuilder:
 
     def _run(self, key: Hashable, build: Callable[[], object]) -> None:
         _ON_BUILDER.active = True  # (the pool's one thread: it only ever runs builds)
+        _quiet_torch_logs_on_builders()
         try:
             build()
         except Exception as e:  # noqa: BLE001  (reported; the generic code goes on serving)
@@ -145,6 +147,32 @@ def _nothing() -> None:
 
 #: ``active`` on the threads that run ``BackgroundBuilder`` builds
 _ON_BUILDER = threading.local()
+
+#: PyTorch's loggers that report what a build's fake or meta run refused, with a traceback.
+_TORCH_LOGGERS = ("torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes",
+                  "torch._guards", "torch.fx.experimental.recording")
+
+
+class _NotOnBuilders(logging.Filter):
+    """Drops PyTorch's log records made on a builder's thread. A build that fails is reported
+    by the builder itself (``failures``, ``describe()``); PyTorch's own record of it printed an
+    error with a traceback to the user's stderr, and formatting that traceback parses source
+    (Python 3.11's caret anchors) — which, on CPython before 3.12, corrupts an ``ast.parse``
+    running at the same moment on another thread (``SystemError: AST constructor recursion
+    depth mismatch``: ``torch.jit.script`` on the request thread failed so)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_ON_BUILDER, "active", False)
+
+
+_FILTER = _NotOnBuilders()
+
+
+def _quiet_torch_logs_on_builders() -> None:
+    for name in _TORCH_LOGGERS:
+        logger = logging.getLogger(name)
+        if _FILTER not in logger.filters:
+            logger.addFilter(_FILTER)
 
 
 #: Every live builder, for ``wait_for_builds``.

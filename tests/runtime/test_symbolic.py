@@ -669,6 +669,38 @@ def test_what_a_build_imports_is_imported_while_preparing():
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_a_build_pytorch_refuses_prints_nothing_and_parses_no_source():
+    """A program's fake run that PyTorch refuses (a padding of a size: ``constant_pad_nd`` has
+    no symbolic meta) was logged by PyTorch with a traceback on the builder thread: an error
+    on the user's stderr, and formatting the traceback parses source, which on CPython 3.11
+    broke a ``torch.jit.script`` running at the same moment on the request thread
+    ("SystemError: AST constructor recursion depth mismatch"). The refusal is ours to
+    report, and PyTorch's log of it is dropped on builder threads."""
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, torch.nn.functional as F, static_runtime as sr\n"
+        "from static_runtime.runtime.hot import wait_for_builds\n"
+        "class M(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return F.pad(x, (0, 0, 0, (4 - x.shape[2] % 4) % 4)) * 2\n"
+        "mod = sr.StaticModule(torch.jit.trace(M(), torch.randn(1, 5, 5, 3)))\n"
+        "for n in (5, 6, 7):\n"
+        "    for _ in range(3):\n"
+        "        x = torch.randn(1, n, n, 3)\n"
+        "        assert torch.equal(mod(x), M()(x))\n"
+        "wait_for_builds()\n"
+        "print(mod.describe())\n"
+    )
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", code], check=False,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "no shape program for" in done.stdout  # the refusal: reported by us, once
+    assert "Traceback" not in done.stderr and "failed while attempting" not in done.stderr, \
+        done.stderr[-2000:]
+
+
 class _Ones(torch.nn.Module):
     """A tensor made with an explicit ``layout``: ``torch.export`` keeps ``torch.strided`` as
     a constant of its own type (TorchScript spells an int)."""
