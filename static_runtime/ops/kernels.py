@@ -38,6 +38,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,7 +249,8 @@ class KernelChooser:
         start = time.perf_counter()
         try:
             budget = min(self.node_budget_s, self.model_budget_s - self.spent_s)
-            timings, dropped = _measure(make(), default, budget)
+            with measuring():
+                timings, dropped = _measure(make(), default, budget)
         finally:
             self.spent_s += time.perf_counter() - start
             self.measured += 1
@@ -264,6 +266,36 @@ class KernelChooser:
         return (f"kernel choice: {self.measured} measured, {self.cached} from the cache, "
                 f"{self.skipped} past the budget; {self.spent_s * 1e3:.0f} ms measuring "
                 f"(cache {self.cache.path})")
+
+
+_measurers = 0
+_quiet = threading.Condition()
+
+
+@contextmanager
+def measuring():
+    """Marks a measurement under way: background work of ours (shape programs and
+    specialised code built on a builder thread, ``runtime/hot.py``) waits at its next step
+    until it ends. Sharing the GIL with a build, a candidate's samples took up to twice their
+    time, and a tie of 1–2 µs kernels went to whichever a build happened not to hit."""
+    global _measurers
+    with _quiet:
+        _measurers += 1
+    try:
+        yield
+    finally:
+        with _quiet:
+            _measurers -= 1
+            if not _measurers:
+                _quiet.notify_all()
+
+
+def wait_while_measuring(timeout_s: float = 1.0) -> None:
+    """Returns once no measurement is under way (or after ``timeout_s``: a measurement is
+    bounded by its budget, so this only guards against a stuck one)."""
+    if _measurers:
+        with _quiet:
+            _quiet.wait_for(lambda: not _measurers, timeout_s)
 
 
 def pick(timings_us: dict[str, float], default: str) -> str:
@@ -296,7 +328,6 @@ def _measure(candidates: dict[str, Candidate], default: str,
     reference = None
     for name in (default, *[n for n in candidates if n != default]):
         fn = candidates[name]
-        t0 = clock()
         try:
             result = fn()
         except RuntimeError as e:  # a kernel that refuses these arguments
@@ -304,7 +335,12 @@ def _measure(candidates: dict[str, Candidate], default: str,
                 raise
             dropped[name] = f"raised {type(e).__name__}: {str(e).splitlines()[0][:120]}"
             continue
-        # calls per sample, from this first call (slower than the next: fewer calls, no harm)
+        # Calls per sample, from a second call: a first call that initialised a library
+        # (MKL's first product takes milliseconds) left one call per sample, and one cold
+        # call timed alone reads ~1 µs slower than a loop's calls — enough to lose a tie of
+        # 1–2 µs kernels to one timed in a loop.
+        t0 = clock()
+        fn()
         loops[name] = max(1, int(_MIN_SAMPLE_S / max(clock() - t0, 1e-9)))
         if name == default:
             reference = result.clone()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -95,8 +96,8 @@ def test_a_model_measures_our_depthwise_kernel_and_answers_as_eager(tmp_path, mo
             x = torch.randn(shape)
             torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-5)
-    described = mod.describe()
-    assert described.count("native ") >= 2 and "µs: " in described  # timed beside the others
+    # timed beside PyTorch's kernels ("native 4.1" among a choice's timings), both convolutions
+    assert len(re.findall(r"µs: [^)]*native \d", mod.describe())) >= 2
 
 
 def test_switched_off_the_kernels_are_not_candidates(tmp_path):
@@ -121,3 +122,90 @@ def test_a_broken_compiler_leaves_pytorchs_kernels(tmp_path):
                               "STATIC_RUNTIME_CACHE_DIR": str(tmp_path)}).stdout
     first, reason = out.splitlines()
     assert first == "False 1" and "no-such-compiler" in reason
+
+
+#: (M, K, N): row counts around the kernel's row block (8 on AVX-512, 4 elsewhere), inner
+#: sizes across its K block (256), column counts around its panel (32) and half panel (16).
+GEMMS = [(1, 64, 64), (7, 50, 33), (8, 256, 16), (9, 300, 20), (17, 513, 47), (33, 32, 96),
+         (3, 5, 1), (64, 16, 72), (2, 1, 40)]
+
+
+@pytest.mark.parametrize("mkn", GEMMS, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("act", sorted(ckernels.ACTIVATIONS))
+@pytest.mark.parametrize("bias", [True, False])
+def test_gemm_matches_addmm(mkn, act, bias):
+    m, k, n = mkn
+    torch.manual_seed(m * 31 + k)
+    weight = torch.randn(n, k)
+    b = torch.randn(n) if bias else None
+    gemm = ckernels.Gemm(weight.t(), b, act).kernel()
+    post = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
+            "hardswish": nn.functional.hardswish}[act]
+    for rows in (m, 2 * m + 3):  # two shape sets
+        x = torch.randn(rows, k) * 2
+        before = x.clone()
+        expected = post(nn.functional.linear(x, weight, b))
+        out = gemm(x, None)
+        torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-4)
+        into = torch.full((rows, n), float("nan"))
+        assert gemm(x, into) is into
+        torch.testing.assert_close(into, out, rtol=0, atol=0)  # repeated: the same
+        assert torch.equal(x, before)
+        # rows further apart than K (a slice of a wider matrix), as a planned tensor may be
+        wide = torch.randn(rows, k + 5)
+        torch.testing.assert_close(gemm(wide[:, :k], None),
+                                   post(nn.functional.linear(wide[:, :k], weight, b)),
+                                   rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_refuses_what_it_cannot_take():
+    gemm = ckernels.Gemm(torch.randn(6, 4), None).kernel()  # K = 6, N = 4
+    with pytest.raises(ValueError, match="unit column stride"):
+        gemm(torch.randn(6, 3).t(), None)  # columns not adjacent
+    with pytest.raises(ValueError, match=r"\(M, 6\)"):
+        gemm(torch.randn(3, 5), None)
+    with pytest.raises(ValueError, match="contiguous float32 \\(3, 4\\)"):
+        gemm(torch.randn(3, 6), torch.empty(4, 3).t())
+    with pytest.raises(ValueError, match="float32 \\(4,\\)"):
+        ckernels.Gemm(torch.randn(6, 4), torch.randn(5))
+
+
+@pytest.mark.parametrize("act", sorted(ckernels.ACTIVATIONS))
+def test_conv1x1_matches_conv2d(act):
+    torch.manual_seed(1)
+    weight, bias = torch.randn(24, 40, 1, 1), torch.randn(24)
+    conv = ckernels.Gemm(weight.reshape(24, 40).t(), bias, act).conv1x1()
+    post = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
+            "hardswish": nn.functional.hardswish}[act]
+    for shape in ((1, 40, 1, 1), (3, 40, 7, 5)):
+        for layout in (torch.channels_last, torch.contiguous_format):
+            x = torch.randn(shape).contiguous(memory_format=layout)
+            out = conv(x)
+            assert out.is_contiguous(memory_format=torch.channels_last)
+            torch.testing.assert_close(out, post(torch.conv2d(x, weight, bias)), rtol=1e-4,
+                                       atol=1e-4)
+    with pytest.raises(ValueError, match="40 input channels"):
+        conv(torch.randn(1, 24, 3, 3))
+
+
+class Linears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.Linear(96, 200)
+        self.down = nn.Linear(200, 40, bias=False)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_a_model_measures_our_gemm_and_answers_as_eager(tmp_path, monkeypatch):
+    monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path))
+    model = Linears().eval()
+    mod = sr.StaticModule(torch.jit.script(model), sr.StaticModuleOptions(
+        kernel_choice="measure"))
+    with torch.inference_mode():
+        for shape in ((64, 96), (3, 17, 96)):
+            x = torch.randn(shape)
+            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
+    assert len(re.findall(r"µs: [^)]*native \d", mod.describe())) >= 2  # timed beside the others

@@ -35,55 +35,53 @@ void sr_gemm_pack(const float *b, int64_t ldb, int64_t k, int64_t n, float *out)
 
 int64_t sr_gemm_nr(void) { return NR; }
 
-/* rows r0 .. r0 + ROWS of A, one panel, k in [k0, k1): sums start from bias (first block),
-   else from C; the last block applies the activation. width: columns of C to write. */
+/* ROWS rows of A times one panel, k in [k0, k1), into ROWS × width of C: sums start from
+   the bias (first block; zero without one), else from C; the last block applies the
+   activation. A panel's second half is skipped where width <= 16 (N's last panel). */
 static inline __attribute__((always_inline)) void
-tile(int ROWS, const float *a, int64_t lda, const float *panel, const float *bias, float *c,
-     int64_t ldc, int64_t k0, int64_t k1, int first, int last, int64_t width, int act) {
+tile(int ROWS, int HALVES, const float *a, int64_t lda, const float *panel, const float *bias,
+     float *c, int64_t ldc, int64_t k0, int64_t k1, int first, int last, int64_t width,
+     int act) {
     v16 s[MR][2];
     for (int r = 0; r < ROWS; r++) {
-        if (!first) {
-            if (width == NR) {
-                memcpy(&s[r][0], c + r * ldc, 64);
-                memcpy(&s[r][1], c + r * ldc + 16, 64);
+        for (int h = 0; h < HALVES; h++) {
+            int64_t cols = width - 16 * h < 16 ? width - 16 * h : 16;
+            if (!first && cols == 16) {
+                memcpy(&s[r][h], c + r * ldc + 16 * h, 64);
+            } else if (!first) {
+                float tmp[16] = {0};
+                memcpy(tmp, c + r * ldc + 16 * h, cols * sizeof(float));
+                memcpy(&s[r][h], tmp, 64);
+            } else if (bias) {
+                memcpy(&s[r][h], bias + 16 * h, 64);
             } else {
-                float tmp[NR] = {0};
-                memcpy(tmp, c + r * ldc, width * sizeof(float));
-                memcpy(&s[r][0], tmp, 64);
-                memcpy(&s[r][1], tmp + 16, 64);
+                s[r][h] = (v16){0};
             }
-        } else if (bias) {
-            memcpy(&s[r][0], bias, 64);
-            memcpy(&s[r][1], bias + 16, 64);
-        } else {
-            s[r][0] = (v16){0};
-            s[r][1] = (v16){0};
         }
     }
     const float *bp = panel + k0 * NR;
     for (int64_t i = k0; i < k1; i++, bp += NR) {
-        v16 b0, b1;
-        memcpy(&b0, bp, 64);
-        memcpy(&b1, bp + 16, 64);
+        v16 b[2];
+        for (int h = 0; h < HALVES; h++)
+            memcpy(&b[h], bp + 16 * h, 64);
         for (int r = 0; r < ROWS; r++) {
             float av = a[r * lda + i];
-            s[r][0] += av * b0;
-            s[r][1] += av * b1;
+            for (int h = 0; h < HALVES; h++)
+                s[r][h] += av * b[h];
         }
     }
     for (int r = 0; r < ROWS; r++) {
-        if (last) {
-            s[r][0] = sr_act16(s[r][0], act);
-            s[r][1] = sr_act16(s[r][1], act);
-        }
-        if (width == NR) {
-            memcpy(c + r * ldc, &s[r][0], 64);
-            memcpy(c + r * ldc + 16, &s[r][1], 64);
-        } else {
-            float tmp[NR];
-            memcpy(tmp, &s[r][0], 64);
-            memcpy(tmp + 16, &s[r][1], 64);
-            memcpy(c + r * ldc, tmp, width * sizeof(float));
+        for (int h = 0; h < HALVES; h++) {
+            if (last)
+                s[r][h] = sr_act16(s[r][h], act);
+            int64_t cols = width - 16 * h < 16 ? width - 16 * h : 16;
+            if (cols == 16) {
+                memcpy(c + r * ldc + 16 * h, &s[r][h], 64);
+            } else {
+                float tmp[16];
+                memcpy(tmp, &s[r][h], 64);
+                memcpy(c + r * ldc + 16 * h, tmp, cols * sizeof(float));
+            }
         }
     }
 }
@@ -92,7 +90,8 @@ tile(int ROWS, const float *a, int64_t lda, const float *panel, const float *bia
 static void tile##R(const float *a, int64_t lda, const float *panel, const float *bias, \
                     float *c, int64_t ldc, int64_t k0, int64_t k1, int first, int last, \
                     int64_t width, int act) { \
-    tile(R, a, lda, panel, bias, c, ldc, k0, k1, first, last, width, act); }
+    if (width > 16) tile(R, 2, a, lda, panel, bias, c, ldc, k0, k1, first, last, width, act); \
+    else tile(R, 1, a, lda, panel, bias, c, ldc, k0, k1, first, last, width, act); }
 TILE(1) TILE(2) TILE(3) TILE(4)
 #if MR == 8
 TILE(5) TILE(6) TILE(7) TILE(8)
