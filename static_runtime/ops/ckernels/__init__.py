@@ -138,16 +138,23 @@ _I64, _PTR = ctypes.c_int64, ctypes.c_void_p
 
 
 def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
-    fn = lib.sr_depthwise_conv2d_nhwc
-    fn.restype = None
-    fn.argtypes = [_PTR] * 4 + [_I64] * 14 + [ctypes.c_int]
-    lib.sr_gemm.restype = None
-    lib.sr_gemm.argtypes = [_PTR, _I64, _PTR, _PTR, _PTR, _I64, _I64, _I64, _I64, ctypes.c_int]
+    for name in ("sr_depthwise_conv2d_block", "sr_gemm_block"):
+        fn = getattr(lib, name)
+        fn.restype = None
+        fn.argtypes = [_PTR, _PTR, _PTR]
     lib.sr_gemm_pack.restype = None
     lib.sr_gemm_pack.argtypes = [_PTR, _I64, _I64, _I64, _PTR]
     lib.sr_gemm_nr.restype = _I64
     lib.sr_gemm_nr.argtypes = []
     return lib
+
+
+def _block(*values: int) -> tuple[ctypes.Array, int]:
+    """A kernel's per-shape arguments as one int64 array (kept alive by the caller) and its
+    address: ctypes converts each argument of a call (~0.07 µs apiece), so a kernel takes
+    its input, its output and this block — three."""
+    array = (ctypes.c_int64 * len(values))(*values)
+    return array, ctypes.addressof(array)
 
 
 #: The activations the kernels apply themselves, by the fused operators' attr.
@@ -188,8 +195,8 @@ def depthwise_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: li
     ph, pw = padding
     dh, dw = dilation
     code = ACTIVATIONS[act]
-    run = lib.sr_depthwise_conv2d_nhwc
-    w_ptr, b_ptr = packed.data_ptr(), None if bias is None else bias.data_ptr()
+    run = lib.sr_depthwise_conv2d_block
+    w_ptr, b_ptr = packed.data_ptr(), 0 if bias is None else bias.data_ptr()
     cl, f32, empty_strided = torch.channels_last, torch.float32, torch.empty_strided
     shapes: dict[torch.Size, tuple] = {}
 
@@ -201,8 +208,11 @@ def depthwise_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: li
             raise ValueError(f"depthwise_conv2d of {c} channels, a {kh} × {kw} kernel "
                              f"(padding {list(padding)}, dilation {list(dilation)}) cannot "
                              f"take an input of shape {tuple(shape)}")
-        shapes[shape] = found = ((n, c, oh, ow), _channels_last_strides(c, oh, ow),
-                                 (n, h, w, c, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, code))
+        block = _block(w_ptr, b_ptr, n, h, w, c, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, code)
+        if len(shapes) >= 256:  # (sizes long gone; a caller holds what it uses)
+            shapes.clear()
+        shapes[shape] = found = ((n, c, oh, ow), _channels_last_strides(c, oh, ow), block[1],
+                                 block)
         return found
 
     def depthwise(x: torch.Tensor) -> torch.Tensor:
@@ -210,9 +220,9 @@ def depthwise_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: li
             raise ValueError(f"depthwise_conv2d takes a float32 4-D CPU tensor, got "
                              f"{x.dtype} {tuple(x.shape)} on {x.device}")
         x = x.contiguous(memory_format=cl)
-        shape, strides, args = shapes.get(x.shape) or sizes(x.shape)
+        shape, strides, block, _ = shapes.get(x.shape) or sizes(x.shape)
         out = empty_strided(shape, strides)
-        run(x.data_ptr(), w_ptr, b_ptr, out.data_ptr(), *args)
+        run(x.data_ptr(), out.data_ptr(), block)
         return out
 
     depthwise.keep = (packed, bias)  # type: ignore[attr-defined]  # the pointers' owners
@@ -246,30 +256,51 @@ class Gemm:
             self.bias = torch.zeros(panels * nr)
             self.bias[:n] = bias.detach()
         self.act = ACTIVATIONS[act]
-        self._run = lib.sr_gemm
+        self._run = lib.sr_gemm_block
+        #: (rows, row stride of x, row stride of the result) → the call's argument block
+        self._blocks: dict[tuple[int, int, int], tuple] = {}
+
+    def _block_for(self, m: int, lda: int, ldc: int) -> tuple:
+        """(the argument block, its address); the caller holds it while the kernel runs (a
+        concurrent call may drop it from the cache meanwhile)."""
+        key = (m, lda, ldc)
+        found = self._blocks.get(key)
+        if found is None:
+            if len(self._blocks) >= 256:  # (sizes long gone)
+                self._blocks.clear()
+            found = self._blocks[key] = _block(
+                lda, self.packed.data_ptr(), 0 if self.bias is None else self.bias.data_ptr(),
+                ldc, m, self.k, self.n, self.act)
+        return found
 
     def kernel(self):
         """``(x2, o2) -> o2``: ``x2`` a float32 CPU (M, K) matrix with unit column stride,
         ``o2`` a contiguous (M, N) float32 tensor to write, or None to allocate one."""
-        run, k, n, act = self._run, self.k, self.n, self.act
-        w_ptr = self.packed.data_ptr()
-        b_ptr = None if self.bias is None else self.bias.data_ptr()
+        run, k, n, block_for = self._run, self.k, self.n, self._block_for
         f32, empty = torch.float32, torch.empty
 
         def gemm(x2: torch.Tensor, o2: torch.Tensor | None) -> torch.Tensor:
-            if x2.dtype is not f32 or x2.dim() != 2 or x2.shape[1] != k \
-                    or x2.device.type != "cpu" or (k > 1 and x2.stride(1) != 1):
-                raise ValueError(f"Gemm takes a float32 CPU (M, {k}) matrix with unit column "
-                                 f"stride, got {x2.dtype} {tuple(x2.shape)} strides "
-                                 f"{x2.stride()} on {x2.device}")
-            m = x2.shape[0]
+            shape = x2.shape
+            if x2.dtype is not f32 or len(shape) != 2 or shape[1] != k or not x2.is_cpu:
+                raise ValueError(f"Gemm takes a float32 CPU (M, {k}) matrix, got {x2.dtype} "
+                                 f"{tuple(shape)} on {x2.device}")
+            if x2.is_contiguous():
+                lda = k
+            else:
+                strides = x2.stride()
+                if k > 1 and strides[1] != 1:
+                    raise ValueError(f"Gemm takes a matrix with unit column stride, got "
+                                     f"strides {strides}")
+                lda = strides[0]
+            m = shape[0]
             if o2 is None:
                 o2 = empty((m, n))
-            elif o2.shape != (m, n) or o2.dtype is not f32 or not o2.is_contiguous():
-                raise ValueError(f"Gemm writes a contiguous float32 ({m}, {n}) tensor, got "
-                                 f"{o2.dtype} {tuple(o2.shape)}")
-            run(x2.data_ptr(), max(x2.stride(0), 1), w_ptr, b_ptr, o2.data_ptr(), n, m, k, n,
-                act)
+            elif o2.dtype is not f32 or not o2.is_contiguous() or o2.shape != (m, n) \
+                    or not o2.is_cpu:
+                raise ValueError(f"Gemm writes a contiguous float32 ({m}, {n}) CPU tensor, "
+                                 f"got {o2.dtype} {tuple(o2.shape)}")
+            block = block_for(m, max(lda, 1), n)
+            run(x2.data_ptr(), o2.data_ptr(), block[1])
             return o2
 
         gemm.keep = self  # type: ignore[attr-defined]  # the packed weight's owner
@@ -281,20 +312,19 @@ class Gemm:
         a channels-last (N, C, H, W) input is the (N·H·W, C) matrix, and the (N·H·W, out)
         product written row by row is the channels-last result. The result is channels-last
         (a channels-first input is converted first)."""
-        run, k, n, act = self._run, self.k, self.n, self.act
-        w_ptr = self.packed.data_ptr()
-        b_ptr = None if self.bias is None else self.bias.data_ptr()
+        run, k, n, block_for = self._run, self.k, self.n, self._block_for
         f32, cl, empty_strided = torch.float32, torch.channels_last, torch.empty_strided
 
         def conv1x1(x: torch.Tensor) -> torch.Tensor:
-            if x.dtype is not f32 or x.dim() != 4 or x.shape[1] != k or x.device.type != "cpu":
+            if x.dtype is not f32 or x.dim() != 4 or x.shape[1] != k or not x.is_cpu:
                 raise ValueError(f"a 1 × 1 convolution of {k} input channels takes a float32 "
                                  f"4-D CPU tensor, got {x.dtype} {tuple(x.shape)} on {x.device}")
             x = x.contiguous(memory_format=cl)
             batch, _, h, w = x.shape
             # empty_strided: half the cost of empty(memory_format=) (~0.8 against 1.3 µs)
             out = empty_strided((batch, n, h, w), _channels_last_strides(n, h, w))
-            run(x.data_ptr(), k, w_ptr, b_ptr, out.data_ptr(), n, batch * h * w, k, n, act)
+            block = block_for(batch * h * w, k, n)
+            run(x.data_ptr(), out.data_ptr(), block[1])
             return out
 
         conv1x1.keep = self  # type: ignore[attr-defined]

@@ -116,3 +116,11 @@ void sr_depthwise_conv2d_nhwc(const float *in, const float *w, const float *bias
         }
     }
 }
+
+/* sr_depthwise_conv2d_nhwc with the weight, bias, sizes and activation in one block (w, bias,
+   n, h, w, c, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, act), made once per input shape. */
+void sr_depthwise_conv2d_block(const float *in, float *out, const int64_t *p) {
+    sr_depthwise_conv2d_nhwc(in, (const float *)(intptr_t)p[0], (const float *)(intptr_t)p[1],
+                             out, p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11],
+                             p[12], p[13], p[14], p[15], (int)p[16]);
+}
