@@ -13,10 +13,11 @@ each input shape, layout (channels-last or not) and thread count, the first call
 * ``matmul`` (1 × 1, stride 1, no padding, one group): the channels-last input seen as a
   (pixels, in channels) matrix times the (in, out) weight, by ``addmm``, the activation in
   place;
-* ``native`` (depthwise — one filter per channel — and 1 × 1 as for ``matmul``): our own C
-  kernels (``ops/ckernels``) on the channels-last input, bias and ReLU / ReLU6 applied in them,
-  other activations in place after them — where a compiler could build them. Every depthwise
-  kernel PyTorch ships pays ~18 µs a call here at batch 1.
+* ``native`` (depthwise — one filter per channel — and ungrouped): our own C kernels
+  (``ops/ckernels``: a direct depthwise loop, a GEMM for 1 × 1, an implicit GEMM otherwise) on
+  the channels-last input, bias and ReLU / ReLU6 / hardswish applied in them, other
+  activations in place after them — where a compiler could build them. oneDNN pays ~18 µs a
+  call around its kernel here at batch 1.
 
 Every candidate returns a channels-last tensor, as the oneDNN kernel does, so a choice never
 changes the layout the operators after it see (``passes/fusion.py`` fuses only convolutions
@@ -117,7 +118,9 @@ class ConvKernels:
         names = ["onednn", "aten"]
         if _is_pointwise_1x1(self.weight, self.stride, self.padding, self.groups):
             names.append("matmul")
-        if (self._is_depthwise() or "matmul" in names) and ckernels.available():
+        if (self._is_depthwise() or self.groups == 1) \
+                and len(self.stride) == len(self.padding) == len(self.dilation) == 2 \
+                and ckernels.available():
             names.append("native")
         return tuple(names)
 
@@ -185,10 +188,13 @@ class ConvKernels:
         if self._is_depthwise():
             kernel = ckernels.depthwise_conv2d(self.weight, self.bias, self.stride,
                                                self.padding, self.dilation, inside)
-        else:  # 1 × 1: a product on the channels-last pixels
-            cout, cin = self.weight.shape[:2]
+        elif _is_pointwise_1x1(self.weight, self.stride, self.padding, self.groups):
+            cout, cin = self.weight.shape[:2]  # a product on the channels-last pixels
             kernel = ckernels.Gemm(self.weight.reshape(cout, cin).t(), self.bias,
                                    inside).conv1x1()
+        else:
+            kernel = ckernels.Conv2d(self.weight, self.bias, self.stride, self.padding,
+                                     self.dilation, inside).kernel()
         if inside == self.attr:
             return kernel
         act_ = self.act_

@@ -209,3 +209,39 @@ def test_a_model_measures_our_gemm_and_answers_as_eager(tmp_path, monkeypatch):
             torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
             torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
     assert len(re.findall(r"µs: [^)]*native \d", mod.describe())) >= 2  # timed beside the others
+
+
+#: (in channels, out channels, height, width, kernel, stride, padding, dilation)
+CONVS = [
+    (16, 16, 12, 12, (3, 3), (1, 1), (1, 1), (1, 1)),
+    (3, 24, 17, 15, (4, 4), (4, 4), (0, 0), (1, 1)),
+    (5, 40, 9, 11, (3, 5), (2, 1), (1, 2), (1, 1)),
+    (8, 33, 10, 10, (3, 3), (1, 1), (2, 2), (2, 2)),
+    (20, 7, 6, 6, (1, 1), (2, 2), (0, 0), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", CONVS, ids=lambda c: f"{c[0]}to{c[1]}_k{c[4]}")
+@pytest.mark.parametrize("act", sorted(ckernels.ACTIVATIONS))
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d_matches_conv2d(case, act, bias):
+    cin, cout, h, w, k, stride, padding, dilation = case
+    torch.manual_seed(cin * 7 + cout)
+    weight = torch.randn(cout, cin, *k)
+    b = torch.randn(cout) if bias else None
+    conv = ckernels.Conv2d(weight, b, list(stride), list(padding), list(dilation), act).kernel()
+    post = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
+            "hardswish": nn.functional.hardswish}[act]
+    for batch, (hh, ww) in ((1, (h, w)), (3, (h + 4, w + 1))):  # two shape sets
+        for layout in (torch.channels_last, torch.contiguous_format):
+            x = torch.randn(batch, cin, hh, ww).contiguous(memory_format=layout)
+            before = x.clone()
+            out = conv(x)
+            assert out.is_contiguous(memory_format=torch.channels_last)
+            torch.testing.assert_close(
+                out, post(torch.conv2d(x, weight, b, stride, padding, dilation)),
+                rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(conv(x), out, rtol=0, atol=0)
+            assert torch.equal(x, before)
+    with pytest.raises(ValueError, match="cannot take an input of shape"):
+        conv(torch.randn(1, cin + 1, h, w))

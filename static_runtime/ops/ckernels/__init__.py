@@ -142,6 +142,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.restype = None
         fn.argtypes = [_PTR, _PTR, _PTR]
+    lib.sr_conv2d_block.restype = ctypes.c_int
+    lib.sr_conv2d_block.argtypes = [_PTR, _PTR, _PTR]
     lib.sr_gemm_pack.restype = None
     lib.sr_gemm_pack.argtypes = [_PTR, _I64, _I64, _I64, _PTR]
     lib.sr_gemm_nr.restype = _I64
@@ -329,6 +331,66 @@ class Gemm:
 
         conv1x1.keep = self  # type: ignore[attr-defined]
         return conv1x1
+
+
+class Conv2d:
+    """``act(conv2d(x, weight, bias, stride, padding, dilation))`` of one group by our own
+    kernel (``gemm.c``: an implicit GEMM over output pixels, indirect input rows) for a
+    constant (Cout, Cin, KH, KW) ``weight``, packed once."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
+                 padding: list[int], dilation: list[int], act: str = "none"):
+        lib = library()
+        if lib is None:
+            raise RuntimeError(f"our own C kernels are unavailable: {why_unavailable()}")
+        if weight.dim() != 4 or weight.dtype is not torch.float32:
+            raise ValueError(f"Conv2d takes a float32 (Cout, Cin, KH, KW) weight, got "
+                             f"{weight.dtype} {tuple(weight.shape)}")
+        self.cout, self.cin, self.kh, self.kw = weight.shape
+        # the (KH·KW·Cin, Cout) matrix of the implicit GEMM, packed by the GEMM's packing
+        matrix = weight.detach().permute(2, 3, 1, 0).reshape(-1, self.cout)
+        self.gemm = Gemm(matrix, bias, act)
+        self.stride, self.padding, self.dilation = list(stride), list(padding), list(dilation)
+        self._run = lib.sr_conv2d_block
+        self._shapes: dict[torch.Size, tuple] = {}
+
+    def _sizes(self, shape: torch.Size) -> tuple:
+        n, channels, h, w = shape
+        (sh, sw), (ph, pw), (dh, dw) = self.stride, self.padding, self.dilation
+        kh, kw, cout = self.kh, self.kw, self.cout
+        oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+        ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        if channels != self.cin or oh < 1 or ow < 1:
+            raise ValueError(f"a convolution of {self.cin} input channels and a {kh} × {kw} "
+                             f"kernel (padding {self.padding}, dilation {self.dilation}) cannot "
+                             f"take an input of shape {tuple(shape)}")
+        gemm = self.gemm
+        block = _block(gemm.packed.data_ptr(), 0 if gemm.bias is None else gemm.bias.data_ptr(),
+                       n, h, w, channels, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, cout, gemm.act)
+        if len(self._shapes) >= 256:  # (sizes long gone; a caller holds what it uses)
+            self._shapes.clear()
+        self._shapes[shape] = found = ((n, cout, oh, ow), _channels_last_strides(cout, oh, ow),
+                                       block[1], block)
+        return found
+
+    def kernel(self):
+        """``x -> result``, channels-last (a channels-first ``x`` is converted first)."""
+        run, shapes, sizes = self._run, self._shapes, self._sizes
+        f32, cl, empty_strided = torch.float32, torch.channels_last, torch.empty_strided
+
+        def conv2d(x: torch.Tensor) -> torch.Tensor:
+            if x.dtype is not f32 or x.dim() != 4 or not x.is_cpu:
+                raise ValueError(f"Conv2d takes a float32 4-D CPU tensor, got {x.dtype} "
+                                 f"{tuple(x.shape)} on {x.device}")
+            x = x.contiguous(memory_format=cl)
+            shape, strides, block, _ = shapes.get(x.shape) or sizes(x.shape)
+            out = empty_strided(shape, strides)
+            if run(x.data_ptr(), out.data_ptr(), block):
+                raise MemoryError(f"Conv2d: no memory for the row pointers of {tuple(shape)}")
+            return out
+
+        conv2d.keep = self  # type: ignore[attr-defined]
+        return conv2d
 
 
 def _channels_last_strides(c: int, h: int, w: int) -> tuple[int, int, int, int]:
