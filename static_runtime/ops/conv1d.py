@@ -7,6 +7,8 @@ The candidates, each returning what ``conv1d`` returns (a contiguous tensor):
 * ``aten``: ``conv1d`` itself (what runs without measuring). ATen runs a dilated 1-D
   convolution on its slow generic path (45–60 µs at 32 channels × 128 steps, one thread,
   against 13 µs undilated);
+* ``native``: our own kernels (``ops/ckernels``) on the same 2-D view, through channels-last
+  copies (below), for one group or one filter per channel;
 * ``onednn``: the (N, C, L) input viewed as (N, C, 1, L) and convolved as 2-D by oneDNN's
   ``_convolution_pointwise`` on the (O, I/g, 1, K) weight reordered once (stride, padding
   and dilation on the width); with a contiguous input oneDNN writes a contiguous output,
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 
 from static_runtime.ir.graph import Node
+from static_runtime.ops import ckernels
 from static_runtime.ops.kernels import KernelChooser
 from static_runtime.ops.registry import labelled, register_measured, register_native
 from static_runtime.ops.selection import constant_value
@@ -75,6 +78,9 @@ def _measured_conv1d(node: Node, chooser: KernelChooser, default: Callable[..., 
     if not (len(stride) == len(padding) == len(dilation) == 1):
         return None
     kernels = {"aten": _aten(*found), "onednn": _OneDnn(*found)}
+    if (groups == 1 or (groups == weight.shape[0] and weight.shape[1] == 1)) \
+            and ckernels.available():
+        kernels["native"] = _Native(*found)
     names = tuple(kernels)
     chosen: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
     choices: dict[tuple, Any] = {}
@@ -143,3 +149,24 @@ class _OneDnn:
                              self.dilation, self.groups, "none", [], "")
         # contiguous already unless oneDNN read a one-channel input as channels-last
         return out.squeeze(2).contiguous()
+
+
+class _Native:
+    """The 1-D convolution as a 2-D one of height 1 by our own kernels (``ops/ckernels``:
+    the implicit GEMM, or the depthwise loop for one filter per channel), made on first use.
+    They read and write channels-last memory, so the input is transposed into it and the
+    result back (two copies, ~1 µs each at a TCN's sizes)."""
+
+    def __init__(self, weight, bias, stride, padding, dilation, groups):
+        self.args = (weight.unsqueeze(2), bias, [1, stride[0]], [0, padding[0]],
+                     [1, dilation[0]])
+        self.depthwise = groups > 1
+        self.kernel: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernel is None:
+            if self.depthwise:
+                self.kernel = ckernels.depthwise_conv2d(*self.args, "none")
+            else:
+                self.kernel = ckernels.Conv2d(*self.args).kernel()
+        return self.kernel(x.unsqueeze(2)).squeeze(2).contiguous()
