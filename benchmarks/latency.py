@@ -96,6 +96,7 @@ from benchmarks.latency_cases import (  # (needs ROOT on the path)
     OURS,
     PEERS,
     RESULTS,
+    TUNED,
     ZOO_PEERS,
     cases_of,
     zoo_cases,
@@ -399,7 +400,8 @@ def main(models: str | None, zoo: bool, quick: bool, peers: str | None, repeats:
          json_out: str | None, worker: str | None, worker_out: str | None) -> None:
     """Latency of every runtime on the built-in models (or the model zoo), side by side."""
     if peers is None:
-        peers = ",".join(ZOO_PEERS if zoo else [p for p in PEERS if p not in (FUSED, MEASURED)])
+        peers = ",".join(ZOO_PEERS if zoo else [p for p in PEERS
+                                                if p not in (FUSED, MEASURED, TUNED)])
     peer_list = tuple(p for p in (x.strip() for x in peers.split(",")) if p)
     unknown = [p for p in peer_list if p not in PEERS]
     if unknown:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from benchmarks.latency_cases import FUSED, OURS, SHORT
+from benchmarks.latency_cases import FUSED, MEASURED, OURS, SHORT, TUNED
 
 
 def _runner_cells(rs: dict, names) -> list[str]:
@@ -103,28 +103,30 @@ def print_tables(rows: list[dict], peers: tuple[str, ...], repeats: int, calls: 
     print_notes(rows, console)
 
 
-def zoo_ratios(row: dict) -> tuple[float | None, float | None, float | None]:
+def zoo_ratios(row: dict, ours_name: str = OURS
+               ) -> tuple[float | None, float | None, float | None]:
     """(ours ÷ C++ SR, ours ÷ the faster of frozen TorchScript and C++ SR, ours ÷ ONNX
-    Runtime) of one case; None where a side did not run."""
+    Runtime) of one case, ours being the runner ``ours_name``; None where a side did not
+    run."""
     rs = row.get("runners", {})
 
     def median(name: str) -> float | None:
         r = rs.get(name) or {}
         return None if r.get("note") else r.get("median_us")
 
-    ours, cpp, ts = median(OURS), median("pytorch_static_runtime"), median("torchscript")
+    ours, cpp, ts = median(ours_name), median("pytorch_static_runtime"), median("torchscript")
     ort = median("onnxruntime")
     best = min((x for x in (cpp, ts) if x), default=None)
     return (ours / cpp if ours and cpp else None, ours / best if ours and best else None,
             ours / ort if ours and ort else None)
 
 
-def ort_summary(rows: list[dict]) -> dict:
-    """Geomeans of ours ÷ ONNX Runtime over the cases where both ran: all, batch 1, and the
-    larger batches; the worst case."""
+def ort_summary(rows: list[dict], ours_name: str = OURS) -> dict:
+    """Geomeans of ours (the runner ``ours_name``) ÷ ONNX Runtime over the cases where both
+    ran: all, batch 1, and the larger batches; the worst case."""
     by_batch: dict[str, list[tuple[float, str]]] = {"all": [], "batch_1": [], "batch_gt_1": []}
     for row in rows:
-        ratio = None if "error" in row else zoo_ratios(row)[2]
+        ratio = None if "error" in row else zoo_ratios(row, ours_name)[2]
         if ratio is None:
             continue
         case = f"{row['model']}:{row['batch']}"
@@ -140,13 +142,13 @@ def ort_summary(rows: list[dict]) -> dict:
     return summary
 
 
-def ort_text(summary: dict) -> str:
+def ort_text(summary: dict, label: str = "ours") -> str:
     def f(key: str) -> str:
         g = summary[f"geomean_ours_over_ort_{key}"]
         return ("—" if g is None else f"{g:.3f}") + f" ({summary[f'cases_ort_{key}']} cases)"
 
     worst = summary["worst_ours_over_ort"]
-    return (f"geomean ours ÷ ORT: {f('all')}; at batch 1 {f('batch_1')}, at larger batches "
+    return (f"geomean {label} ÷ ORT: {f('all')}; at batch 1 {f('batch_1')}, at larger batches "
             f"{f('batch_gt_1')}" + ("" if worst is None else
                                     f"; worst {worst['ratio']:.2f} ({worst['case']})"))
 
@@ -234,6 +236,10 @@ def print_zoo_tables(rows: list[dict], peers: tuple[str, ...], repeats: int,
     if with_ort:
         summary.update(ort_summary(rows))
         console.print(ort_text(summary))
+        for other in (MEASURED, TUNED):  # ours under other options, where asked for
+            if other in peers:
+                summary[other] = ort_summary(rows, other)
+                console.print(ort_text(summary[other], SHORT[other]))
     g, gb = summary["geomean_ours_over_cpp_sr"], summary["geomean_ours_over_best"]
     console.print(f"geomean ours ÷ C++ SR over {len(cpp_ratios)} cases: "
                   + ("—" if g is None else f"{g:.3f}")

@@ -19,6 +19,10 @@ Used by the demo, the ``bench`` command and ``benchmarks/``. The runners (``RUNN
                             and on ``check_inputs``; each call converts the tensors to NumPy
                             and back (zero-copy), as a caller holding torch tensors must
 ``static_runtime``          ours: ``StaticModule(scripted).runtime()``
+``static_runtime_fused``    ours with ``fusion_compiler="inductor"``
+``static_runtime_measured`` ours with ``kernel_choice="measure"``
+``static_runtime_tuned``    ours as for a CPU: ``kernel_choice="measure"`` and
+                            ``channels_last=True``
 ==========================  ===================================================================
 
 ``scripted`` is ``torch.jit.script(model)``, or the TorchScript module the caller prepared
@@ -48,7 +52,7 @@ from static_runtime.compare.runner import Runner, _reason, _refused, _Setup
 
 RUNNERS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
            "torch_compile", "onnxruntime", "static_runtime", "static_runtime_fused",
-           "static_runtime_measured")
+           "static_runtime_measured", "static_runtime_tuned")
 DEMO_RUNNERS = ("eager", "torchscript", "pytorch_static_runtime", "static_runtime")
 
 
@@ -125,6 +129,13 @@ def _make_static_runtime_measured(s: _Setup) -> Callable[[], Any]:
     return _make_static_runtime(s, sr.StaticModuleOptions(kernel_choice="measure"))
 
 
+def _make_static_runtime_tuned(s: _Setup) -> Callable[[], Any]:
+    """Ours with the settings for a CPU: kernels measured (ours among them) and conv nets in
+    channels-last from end to end."""
+    return _make_static_runtime(s, sr.StaticModuleOptions(kernel_choice="measure",
+                                                          channels_last=True))
+
+
 def _make_torch_compile(s: _Setup) -> Callable[[], Any]:
     """Compiles in the factory (by making the first call), so that a failure of the
     default inductor configuration can be retried: inductor's pattern-matcher passes
@@ -190,6 +201,7 @@ _FACTORIES: dict[str, Callable[[_Setup], Callable[[], Any]]] = {
     "static_runtime": _make_static_runtime,
     "static_runtime_fused": _make_static_runtime_fused,
     "static_runtime_measured": _make_static_runtime_measured,
+    "static_runtime_tuned": _make_static_runtime_tuned,
 }
 
 
