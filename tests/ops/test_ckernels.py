@@ -14,6 +14,12 @@ from torch import nn
 import static_runtime as sr
 from static_runtime.ops import ckernels
 
+#: What each activation the kernels apply means, in PyTorch.
+POST = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
+        "hardswish": nn.functional.hardswish, "sigmoid": torch.sigmoid,
+        "silu": nn.functional.silu, "gelu": nn.functional.gelu}
+assert set(POST) == set(ckernels.ACTIVATIONS)
+
 pytestmark = pytest.mark.skipif(not ckernels.available(),
                                 reason=f"no C kernels: {ckernels.why_unavailable()}")
 
@@ -40,8 +46,7 @@ def test_depthwise_matches_conv2d(case, act, bias):
     b = torch.randn(c) if bias else None
     kernel = ckernels.depthwise_conv2d(weight, b, list(stride), list(padding), list(dilation),
                                        act)
-    post = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
-            "hardswish": nn.functional.hardswish}[act]
+    post = POST[act]
     for batch, (hh, ww) in ((1, (h, w)), (3, (h + 3, w + 2))):  # two shape sets
         for layout in (torch.channels_last, torch.contiguous_format):
             x = torch.randn(batch, c, hh, ww).contiguous(memory_format=layout) * 3
@@ -66,7 +71,7 @@ def test_depthwise_refuses_what_it_cannot_take():
     with pytest.raises(ValueError, match="float32"):
         ckernels.depthwise_conv2d(torch.randn(8, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], "none")
     with pytest.raises(ValueError, match="applies"):
-        ckernels.depthwise_conv2d(torch.randn(8, 1, 3, 3), None, [1, 1], [0, 0], [1, 1], "gelu")
+        ckernels.depthwise_conv2d(torch.randn(8, 1, 3, 3), None, [1, 1], [0, 0], [1, 1], "tanh")
 
 
 class Depthwise(nn.Module):
@@ -139,8 +144,7 @@ def test_gemm_matches_addmm(mkn, act, bias):
     weight = torch.randn(n, k)
     b = torch.randn(n) if bias else None
     gemm = ckernels.Gemm(weight.t(), b, act).kernel()
-    post = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
-            "hardswish": nn.functional.hardswish}[act]
+    post = POST[act]
     for rows in (m, 2 * m + 3):  # two shape sets
         x = torch.randn(rows, k) * 2
         before = x.clone()
@@ -175,8 +179,7 @@ def test_conv1x1_matches_conv2d(act):
     torch.manual_seed(1)
     weight, bias = torch.randn(24, 40, 1, 1), torch.randn(24)
     conv = ckernels.Gemm(weight.reshape(24, 40).t(), bias, act).conv1x1()
-    post = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
-            "hardswish": nn.functional.hardswish}[act]
+    post = POST[act]
     for shape in ((1, 40, 1, 1), (3, 40, 7, 5)):
         for layout in (torch.channels_last, torch.contiguous_format):
             x = torch.randn(shape).contiguous(memory_format=layout)
@@ -230,8 +233,7 @@ def test_conv2d_matches_conv2d(case, act, bias):
     weight = torch.randn(cout, cin, *k)
     b = torch.randn(cout) if bias else None
     conv = ckernels.Conv2d(weight, b, list(stride), list(padding), list(dilation), act).kernel()
-    post = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
-            "hardswish": nn.functional.hardswish}[act]
+    post = POST[act]
     for batch, (hh, ww) in ((1, (h, w)), (3, (h + 4, w + 1))):  # two shape sets
         for layout in (torch.channels_last, torch.contiguous_format):
             x = torch.randn(batch, cin, hh, ww).contiguous(memory_format=layout)
@@ -245,3 +247,15 @@ def test_conv2d_matches_conv2d(case, act, bias):
             assert torch.equal(x, before)
     with pytest.raises(ValueError, match="cannot take an input of shape"):
         conv(torch.randn(1, cin + 1, h, w))
+
+
+@pytest.mark.parametrize("act", sorted(ckernels.ACTIVATIONS))
+def test_activations_over_the_whole_float_range(act):
+    """The epilogue alone (an identity product): exp's range reduction and clamps, erf's fit,
+    at large magnitudes, near zero and at signed zeros."""
+    values = torch.cat([torch.linspace(-120, 120, 4801), torch.tensor([0.0, -0.0, 1e-8, -1e-8]),
+                        torch.randn(475) * 4])
+    x = values.reshape(-1, 16)
+    gemm = ckernels.Gemm(torch.eye(16), None, act).kernel()
+    torch.testing.assert_close(gemm(x, None), POST[act](x.double()).float(), rtol=3e-6,
+                               atol=1e-6)

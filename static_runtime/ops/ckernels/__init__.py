@@ -160,7 +160,8 @@ def _block(*values: int) -> tuple[ctypes.Array, int]:
 
 
 #: The activations the kernels apply themselves, by the fused operators' attr.
-ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "hardswish": 3}
+ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "hardswish": 3, "sigmoid": 4, "silu": 5,
+               "gelu": 6}
 
 
 
