@@ -259,3 +259,22 @@ def test_activations_over_the_whole_float_range(act):
     gemm = ckernels.Gemm(torch.eye(16), None, act).kernel()
     torch.testing.assert_close(gemm(x, None), POST[act](x.double()).float(), rtol=3e-6,
                                atol=1e-6)
+
+
+def test_a_second_process_loads_the_build_and_old_builds_are_deleted(tmp_path):
+    """The library is built once per cache directory: a second process loads it (no compiler
+    run), and a new build leaves at most a few others beside it."""
+    native = tmp_path / "native"
+    native.mkdir()
+    for i in range(6):  # builds of other versions
+        (native / f"libsr_kernels-old{i}.so").write_bytes(b"")
+        (native / f"libsr_kernels-old{i}.lock").write_bytes(b"")
+    code = ("from static_runtime.ops import ckernels; assert ckernels.available(), "
+            "ckernels.why_unavailable()")
+    env = {**os.environ, "STATIC_RUNTIME_CACHE_DIR": str(tmp_path)}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
+    built = sorted(native.glob("*.so"))
+    assert len(built) <= 4 and any("old" not in p.name for p in built)
+    # the second process finds it: with no compiler on PATH it still loads
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300,
+                   env={**env, "CC": "no-such-compiler-but-the-build-is-there"})
