@@ -182,6 +182,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         fallback,
         gemm,
         out_variants,
+        rnn,
         selection,
     )
     from static_runtime.ops.native import (  # noqa: F401

@@ -39,7 +39,7 @@ import torch
 from static_runtime.ops.kernels import cache_path, cpu_identity
 
 #: What the library is built from (all hashed; the .c files compiled).
-_FILES = ("act.h", "depthwise.c", "gemm.c")
+_FILES = ("act.h", "depthwise.c", "gemm.c", "recurrent.c")
 _FLAG_SETS = (["-O3", "-march=native"], ["-O3", "-mcpu=native"], ["-O3"])
 #: ``-ffp-contract=fast``: ISO C mode (``-std=c11``) forbids fusing ``a * b + c`` into one
 #: multiply-add, and GCC then issues a multiply and an add: on CPUs whose adds share the FMA
@@ -164,6 +164,9 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn.argtypes = [_PTR, _PTR, _PTR]
     lib.sr_conv2d_block.restype = ctypes.c_int
     lib.sr_conv2d_block.argtypes = [_PTR, _PTR, _PTR]
+    lib.sr_recurrent_layer.restype = ctypes.c_int
+    lib.sr_recurrent_layer.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64,
+                                       _I64, _I64, _I64, _I64, ctypes.c_int]
     lib.sr_gemm_pack.restype = None
     lib.sr_gemm_pack.argtypes = [_PTR, _I64, _I64, _I64, _PTR]
     lib.sr_gemm_nr.restype = _I64
@@ -181,7 +184,7 @@ def _block(*values: int) -> tuple[ctypes.Array, int]:
 
 #: The activations the kernels apply themselves, by the fused operators' attr.
 ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "hardswish": 3, "sigmoid": 4, "silu": 5,
-               "gelu": 6}
+               "gelu": 6, "tanh": 7}
 
 
 
@@ -412,6 +415,93 @@ class Conv2d:
 
         conv2d.keep = self  # type: ignore[attr-defined]
         return conv2d
+
+
+class Recurrent:
+    """An ``nn.LSTM`` / ``nn.GRU`` forward (``torch.lstm`` / ``torch.gru`` with these flat
+    weights, in inference) by our own kernels: per layer and direction, the input projections
+    of all time steps as one GEMM, then the steps in C (``recurrent.c``). Plain layers only
+    (no LSTM projection); any number of layers, either direction, ``batch_first`` or not."""
+
+    def __init__(self, mode: str, weights: list[torch.Tensor], has_biases: bool,
+                 num_layers: int, bidirectional: bool, batch_first: bool):
+        lib = library()
+        if lib is None:
+            raise RuntimeError(f"our own C kernels are unavailable: {why_unavailable()}")
+        if mode not in ("lstm", "gru"):
+            raise ValueError(f"Recurrent runs 'lstm' or 'gru', not {mode!r}")
+        self.mode, self.num_layers, self.batch_first = mode, num_layers, batch_first
+        self.dirs = 2 if bidirectional else 1
+        gates = 4 if mode == "lstm" else 3
+        per = 4 if has_biases else 2
+        self.hidden = weights[1].shape[1]
+        self.input_size = weights[0].shape[1]
+        nr = lib.sr_gemm_nr()
+        #: per (layer, direction): the input projection, the packed W_hh and padded b_hh
+        self.layers: list[tuple[Gemm, torch.Tensor, torch.Tensor | None]] = []
+        for i in range(num_layers * self.dirs):
+            w_ih, w_hh = weights[i * per], weights[i * per + 1]
+            b_ih = weights[i * per + 2] if has_biases else None
+            b_hh = weights[i * per + 3] if has_biases else None
+            g = gates * self.hidden
+            if w_ih.shape[0] != g or w_hh.shape != (g, self.hidden):
+                raise ValueError(f"Recurrent: {mode} weights of layer {i // self.dirs} do not "
+                                 f"fit a hidden size of {self.hidden}")
+            projection = Gemm(w_ih.detach().t(), b_ih)
+            panels = -(-g // nr)
+            packed = torch.empty(panels * nr * self.hidden)
+            source = w_hh.detach().t().contiguous()
+            lib.sr_gemm_pack(source.data_ptr(), g, self.hidden, g, packed.data_ptr())
+            bias = None
+            if b_hh is not None:
+                bias = torch.zeros(panels * nr)
+                bias[:g] = b_hh.detach()
+            self.layers.append((projection, packed, bias))
+        self._projections = [layer[0].kernel() for layer in self.layers]
+        self._run = lib.sr_recurrent_layer
+
+    def __call__(self, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor | None = None):
+        """``(output, h_n)`` (GRU) or ``(output, h_n, c_n)`` (LSTM) as ATen gives them, for a
+        contiguous float32 CPU (T, B, input) input (``(B, T, input)`` if ``batch_first``)
+        and (layers · directions, B, hidden) initial states."""
+        lstm = self.mode == "lstm"
+        if x.dtype is not torch.float32 or x.dim() != 3 or not x.is_cpu \
+                or x.shape[2] != self.input_size or not x.is_contiguous():
+            raise ValueError(f"Recurrent takes a contiguous float32 CPU (T, B, "
+                             f"{self.input_size}) input, got {x.dtype} {tuple(x.shape)}")
+        steps, batch = (x.shape[1], x.shape[0]) if self.batch_first else x.shape[:2]
+        hidden, dirs = self.hidden, self.dirs
+        state_shape = (self.num_layers * dirs, batch, hidden)
+        for name, st in (("h0", h0), ("c0", c0 if lstm else h0)):
+            if st is None or st.shape != state_shape or st.dtype is not torch.float32:
+                raise ValueError(f"Recurrent: {name} must be float32 {state_shape}, got "
+                                 f"{None if st is None else (st.dtype, tuple(st.shape))}")
+        h_n = h0.contiguous().clone()  # updated in place, layer by layer
+        c_n = c0.contiguous().clone() if lstm else None
+        layer_input = x
+        out = x
+        for layer in range(self.num_layers):
+            width = dirs * hidden
+            out = torch.empty((*x.shape[:2], width))
+            rows = layer_input.reshape(steps * batch, -1)
+            for d in range(dirs):
+                i = layer * dirs + d
+                _, packed, bias = self.layers[i]
+                proj = self._projections[i](rows, None)  # (T·B, G·H): rows in x's order
+                g = proj.shape[1]
+                if self.batch_first:  # row (b, t)
+                    xs_t, xs_b, os_t, os_b = g, steps * g, width, steps * width
+                else:  # row (t, b)
+                    xs_t, xs_b, os_t, os_b = batch * g, g, batch * width, width
+                status = self._run(
+                    proj.data_ptr(), xs_t, xs_b, packed.data_ptr(),
+                    None if bias is None else bias.data_ptr(), h_n[i].data_ptr(),
+                    None if c_n is None else c_n[i].data_ptr(), out.data_ptr() + d * hidden * 4,
+                    os_t, os_b, steps, batch, hidden, d)
+                if status:
+                    raise MemoryError("Recurrent: no memory for a step's products")
+            layer_input = out
+        return (out, h_n, c_n) if lstm else (out, h_n)
 
 
 def _channels_last_strides(c: int, h: int, w: int) -> tuple[int, int, int, int]:

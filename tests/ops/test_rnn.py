@@ -1,0 +1,126 @@
+"""The measured ``aten::lstm`` / ``aten::gru`` (``ops/rnn.py``): differential against
+TorchScript on two input shape sets whichever kernel wins, each kernel forced, and ATen's
+operator for what the measured one does not claim."""
+
+import pytest
+import torch
+from differential import check
+from torch import nn
+
+import static_runtime as sr
+from static_runtime.ops import ckernels
+from static_runtime.ops.kernels import Choice, KernelChooser
+
+MEASURE = sr.StaticModuleOptions(kernel_choice="measure", verify_memory_plans=True,
+                                 specialize_after=0)
+OPTIONS = {"measure": MEASURE,
+           "interpreter": sr.StaticModuleOptions(kernel_choice="measure",
+                                                 executor="interpreter")}
+
+pytestmark = pytest.mark.skipif(not ckernels.available(),
+                                reason=f"no C kernels: {ckernels.why_unavailable()}")
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+
+
+class Recurrents(nn.Module):
+    """A 2-layer LSTM from zero states, a bidirectional GRU from a given state (time first,
+    no biases), and their outputs and final states."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(6, 20, num_layers=2, batch_first=True)
+        self.gru = nn.GRU(20, 17, bidirectional=True, bias=False)
+
+    def forward(self, x, h0):
+        y, (h, c) = self.lstm(x)
+        z, hg = self.gru(y.transpose(0, 1).contiguous(), h0)
+        return z, h + 1, c * 2, hg
+
+
+def _inputs():
+    torch.manual_seed(7)
+    return ([torch.randn(1, 9, 6), torch.randn(2, 1, 17)],
+            [torch.randn(3, 4, 6), torch.randn(2, 3, 17)])
+
+
+def test_differential_two_shape_sets():
+    first, second = _inputs()
+    mod = check(Recurrents().eval(), first, second, options=OPTIONS)["measure"]
+    labels = [pn.impl.label for pn in mod.plan.nodes() if pn.kind in ("aten::lstm", "aten::gru")]
+    assert len(labels) == 2 and all("by measurement" in label for label in labels)
+    assert "x=(3, 4, 6) threads=" in mod.describe()
+
+
+@pytest.mark.parametrize("name", ["aten", "native"])
+def test_each_kernel_forced(name, monkeypatch):
+    monkeypatch.setattr(KernelChooser, "choose",
+                        lambda self, key, names, make, default: Choice(name, {}, "forced"))
+    first, second = _inputs()
+    mod = check(Recurrents().eval(), first, second, options={"measure": MEASURE})["measure"]
+    assert mod.describe().count(f": {name} (forced)") >= 2
+
+
+class _Gru(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(5, 8)
+
+    def forward(self, x, h0):
+        return self.gru(x, h0)[0]
+
+
+def test_unbatched_and_non_contiguous_inputs():
+    """nn.GRU gives an unbatched input a batch of one (measured); a non-contiguous input
+    runs ATen's operator (nothing measured for it)."""
+    model = _Gru().eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    x, h0 = torch.randn(4, 5), torch.randn(1, 8)  # (T, input): no batch dimension
+    with torch.inference_mode():
+        torch.testing.assert_close(mod(x, h0), model(x, h0))
+        assert mod.kernels.measured == 1
+        x3, h3 = torch.randn(5, 2, 4).permute(2, 1, 0), torch.randn(1, 2, 8)  # (4, 2, 5)
+        assert not x3.is_contiguous()
+        torch.testing.assert_close(mod(x3, h3), model(x3, h3))
+        assert mod.kernels.measured == 1
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+@pytest.mark.parametrize("layers,bidirectional,batch_first,bias",
+                         [(1, False, False, True), (2, True, True, True), (3, True, False, False)])
+def test_recurrent_kernel_matches_atens(mode, layers, bidirectional, batch_first, bias):
+    torch.manual_seed(layers)
+    cls = nn.LSTM if mode == "lstm" else nn.GRU
+    layer = cls(13, 35, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first,
+                bias=bias).eval()
+    kernel = ckernels.Recurrent(mode, [w.detach() for w in layer._flat_weights], bias, layers,
+                                bidirectional, batch_first)
+    dirs = 2 if bidirectional else 1
+    for batch, steps in ((1, 11), (5, 3)):  # two shape sets
+        x = torch.randn(batch, steps, 13) if batch_first else torch.randn(steps, batch, 13)
+        h0, c0 = torch.randn(layers * dirs, batch, 35), torch.randn(layers * dirs, batch, 35)
+        before = [t.clone() for t in (x, h0, c0)]
+        with torch.inference_mode():
+            expected = layer(x, (h0, c0)) if mode == "lstm" else layer(x, h0)
+            got = kernel(x, h0, c0) if mode == "lstm" else kernel(x, h0)
+        flat = [expected[0], *(expected[1] if mode == "lstm" else (expected[1],))]
+        assert len(got) == len(flat)
+        for g, e in zip(got, flat):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+        again = kernel(x, h0, c0) if mode == "lstm" else kernel(x, h0)
+        for a, g in zip(again, got):
+            assert torch.equal(a, g)
+        assert all(torch.equal(a, b) for a, b in zip((x, h0, c0), before))
+
+
+def test_recurrent_kernel_refuses_what_it_cannot_take():
+    layer = nn.GRU(4, 6).eval()
+    kernel = ckernels.Recurrent("gru", [w.detach() for w in layer._flat_weights], True, 1,
+                                False, False)
+    with pytest.raises(ValueError, match="contiguous float32 CPU"):
+        kernel(torch.randn(3, 2, 5), torch.zeros(1, 2, 6))
+    with pytest.raises(ValueError, match="h0 must be float32"):
+        kernel(torch.randn(3, 2, 4), torch.zeros(1, 3, 6))
