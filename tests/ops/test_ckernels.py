@@ -17,7 +17,7 @@ from static_runtime.ops import ckernels
 #: What each activation the kernels apply means, in PyTorch.
 POST = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
         "hardswish": nn.functional.hardswish, "sigmoid": torch.sigmoid,
-        "silu": nn.functional.silu, "gelu": nn.functional.gelu}
+        "silu": nn.functional.silu, "gelu": nn.functional.gelu, "tanh": torch.tanh}
 assert set(POST) == set(ckernels.ACTIVATIONS)
 
 pytestmark = pytest.mark.skipif(not ckernels.available(),
@@ -71,7 +71,7 @@ def test_depthwise_refuses_what_it_cannot_take():
     with pytest.raises(ValueError, match="float32"):
         ckernels.depthwise_conv2d(torch.randn(8, 2, 3, 3), None, [1, 1], [0, 0], [1, 1], "none")
     with pytest.raises(ValueError, match="applies"):
-        ckernels.depthwise_conv2d(torch.randn(8, 1, 3, 3), None, [1, 1], [0, 0], [1, 1], "tanh")
+        ckernels.depthwise_conv2d(torch.randn(8, 1, 3, 3), None, [1, 1], [0, 0], [1, 1], "mish")
 
 
 class Depthwise(nn.Module):
