@@ -113,6 +113,8 @@ class ConvKernels:
         _, self.act_, self.unary, self.scalars, self.algorithm = CONV_POSTOPS[attr]
         self._onednn_weight: torch.Tensor | None = None
         self._cl_weight: torch.Tensor | None = None
+        #: our kernel, made once: every input shape's choice shares its packed weight
+        self._native_kernel: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def names(self) -> tuple[str, ...]:
         names = ["onednn", "aten"]
@@ -184,6 +186,11 @@ class ConvKernels:
 
 
     def _native(self):
+        if self._native_kernel is None:
+            self._native_kernel = self._make_native()
+        return self._native_kernel
+
+    def _make_native(self):
         inside = self.attr if self.attr in ckernels.ACTIVATIONS else "none"
         if self._is_depthwise():
             kernel = ckernels.depthwise_conv2d(self.weight, self.bias, self.stride,

@@ -278,3 +278,15 @@ def test_a_second_process_loads_the_build_and_old_builds_are_deleted(tmp_path):
     # the second process finds it: with no compiler on PATH it still loads
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300,
                    env={**env, "CC": "no-such-compiler-but-the-build-is-there"})
+
+
+def test_every_input_size_shares_one_packed_weight(tmp_path, monkeypatch):
+    """Traffic of many sizes measures each new size; the kernels chosen for them share the
+    weight packed once (a copy per size grew memory with the number of sizes)."""
+    from static_runtime.ops.conv import ConvKernels
+
+    monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path))
+    for weight, groups in ((torch.randn(8, 4, 3, 3), 1), (torch.randn(8, 1, 3, 3), 8),
+                           (torch.randn(8, 4, 1, 1), 1)):
+        kernels = ConvKernels(weight, None, [1, 1], [0, 0], [1, 1], groups, "none")
+        assert kernels.kernel("native") is kernels.kernel("native")
