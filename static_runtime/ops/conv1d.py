@@ -28,7 +28,7 @@ import torch
 
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
-from static_runtime.ops.kernels import KernelChooser
+from static_runtime.ops.kernels import KernelChooser, expose_choices
 from static_runtime.ops.registry import labelled, register_measured, register_native
 from static_runtime.ops.selection import constant_value
 
@@ -108,17 +108,8 @@ def _measured_conv1d(node: Node, chooser: KernelChooser, default: Callable[..., 
             return kernel(x)
         return default(x, w, b, stride_, padding_, dilation_, groups_)
 
-    def status() -> str:
-        if not choices:
-            return "no kernel chosen yet"
-        return "; ".join(f"x={tuple(s)} threads={t}: {ch.describe()}"
-                         for (s, t), ch in choices.items())
-
-    fn.status = status  # type: ignore[attr-defined]
-    fn.choices = choices  # type: ignore[attr-defined]
-    fn.problem = ("conv1d", tuple(weight.shape), stride, padding, dilation,  # type: ignore[attr-defined]
-                  groups, bias is not None)
-    return fn
+    return expose_choices(fn, choices, ("conv1d", tuple(weight.shape), stride, padding,
+                                        dilation, groups, bias is not None))
 
 
 def _aten(weight, bias, stride, padding, dilation, groups):

@@ -298,6 +298,23 @@ def wait_while_measuring(timeout_s: float = 1.0) -> None:
             _quiet.wait_for(lambda: not _measurers, timeout_s)
 
 
+def expose_choices(fn: Callable, choices: dict[tuple, Choice], problem: tuple) -> Callable:
+    """Give a measured implementation keyed by ``(input shape, threads)`` what ``describe()``
+    and the benchmarks read: ``status()`` (each shape's choice and its timings), ``choices``
+    and ``problem`` (what the node computes)."""
+
+    def status() -> str:
+        if not choices:
+            return "no kernel chosen yet"
+        return "; ".join(f"x={tuple(s)} threads={t}: {ch.describe()}"
+                         for (s, t), ch in choices.items())
+
+    fn.status = status  # type: ignore[attr-defined]
+    fn.choices = choices  # type: ignore[attr-defined]
+    fn.problem = problem  # type: ignore[attr-defined]
+    return fn
+
+
 def pick(timings_us: dict[str, float], default: str) -> str:
     """The fastest candidate — but the default unless another beats it by ``MIN_GAIN``: a
     tie within measuring noise is no reason to leave the kernel that runs without measuring

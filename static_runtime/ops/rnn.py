@@ -23,10 +23,9 @@ import torch
 
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
-from static_runtime.ops.kernels import KernelChooser
+from static_runtime.ops.kernels import KernelChooser, expose_choices
+from static_runtime.ops.native.recurrent import plain_layer
 from static_runtime.ops.registry import labelled, register_measured, register_native
-from static_runtime.ops.selection import constant_value
-from static_runtime.passes.recurrent import constant_weights, weights_fit
 
 _SCHEMAS = {"lstm": str(torch.ops.aten.lstm.input._schema),
             "gru": str(torch.ops.aten.gru.input._schema)}
@@ -34,19 +33,7 @@ _ATEN = {"lstm": torch.lstm, "gru": torch.gru}
 
 
 def _constants(node: Node, mode: str) -> tuple | None:
-    """(params, weights, has_biases, num_layers, bidirectional, batch_first) when the weights
-    are constants of a plain layer in inference, else None."""
-    if node.schema != _SCHEMAS[mode]:
-        return None
-    params = constant_value(node.inputs[2])
-    weights = constant_weights(params)
-    flags = [constant_value(v) for v in node.inputs[3:]]
-    if weights is None or any(f is NotImplemented for f in flags):
-        return None
-    has_biases, num_layers, _dropout, train, bidirectional, batch_first = flags
-    if train or weights_fit(mode, weights, has_biases, num_layers, bidirectional):
-        return None
-    return params, weights, has_biases, num_layers, bidirectional, batch_first
+    return plain_layer(node, _SCHEMAS[mode], mode)
 
 
 def _native_factory(mode: str):
@@ -117,17 +104,8 @@ def _measured_factory(mode: str):
                         return run_native(x, state)
             return default(x, hx, params_, *rest)
 
-        def status() -> str:
-            if not choices:
-                return "no kernel chosen yet"
-            return "; ".join(f"x={tuple(s)} threads={t}: {ch.describe()}"
-                             for (s, t), ch in choices.items())
-
-        fn.status = status  # type: ignore[attr-defined]
-        fn.choices = choices  # type: ignore[attr-defined]
-        fn.problem = (mode, num_layers, bidirectional, batch_first,  # type: ignore[attr-defined]
-                      tuple(weights[1].shape))
-        return fn
+        return expose_choices(fn, choices, (mode, num_layers, bidirectional, batch_first,
+                                            tuple(weights[1].shape)))
 
     return factory
 

@@ -21,6 +21,19 @@
 #define MR 4
 #endif
 
+/* Writes the first min(cols, 16) of 16 sums, activated by act, to c. */
+static inline __attribute__((always_inline)) void store_sums(float *c, v16 sums, int64_t cols,
+                                                             int act) {
+    sums = sr_act16(sums, act);
+    if (cols >= 16) {
+        memcpy(c, &sums, 64);
+    } else {
+        float tmp[16];
+        memcpy(tmp, &sums, 64);
+        memcpy(c, tmp, (size_t)cols * sizeof(float));
+    }
+}
+
 /* Packs B (K × N, element (k, n) at b[k * ldb + n]) into ceil(N / NR) panels of K × NR,
    columns past N zero. out holds ceil(N / NR) * NR * K floats. */
 void sr_gemm_pack(const float *b, int64_t ldb, int64_t k, int64_t n, float *out) {
@@ -71,20 +84,9 @@ tile(int ROWS, int HALVES, const float *a, int64_t lda, const float *panel, cons
                 s[r][h] += av * b[h];
         }
     }
-    for (int r = 0; r < ROWS; r++) {
-        for (int h = 0; h < HALVES; h++) {
-            if (last)
-                s[r][h] = sr_act16(s[r][h], act);
-            int64_t cols = width - 16 * h < 16 ? width - 16 * h : 16;
-            if (cols == 16) {
-                memcpy(c + r * ldc + 16 * h, &s[r][h], 64);
-            } else {
-                float tmp[16];
-                memcpy(tmp, &s[r][h], 64);
-                memcpy(c + r * ldc + 16 * h, tmp, cols * sizeof(float));
-            }
-        }
-    }
+    for (int r = 0; r < ROWS; r++)
+        for (int h = 0; h < HALVES; h++)
+            store_sums(c + r * ldc + 16 * h, s[r][h], width - 16 * h, last ? act : 0);
 }
 
 #define TILE(R) \
@@ -179,17 +181,8 @@ conv_tile(int ROWS, int HALVES, const float *const *rows, int64_t taps, int64_t 
         }
     }
     for (int r = 0; r < ROWS; r++)
-        for (int h = 0; h < HALVES; h++) {
-            s[r][h] = sr_act16(s[r][h], act);
-            int64_t cols = width - 16 * h < 16 ? width - 16 * h : 16;
-            if (cols == 16) {
-                memcpy(c + r * ldc + 16 * h, &s[r][h], 64);
-            } else {
-                float tmp[16];
-                memcpy(tmp, &s[r][h], 64);
-                memcpy(c + r * ldc + 16 * h, tmp, cols * sizeof(float));
-            }
-        }
+        for (int h = 0; h < HALVES; h++)
+            store_sums(c + r * ldc + 16 * h, s[r][h], width - 16 * h, act);
 }
 
 #define CONV_TILE(R) \

@@ -255,20 +255,31 @@ class CompiledRecurrence:
         return call(x, state)
 
 
+def plain_layer(node: Node, schema: str, mode: str) -> tuple | None:
+    """``(params, weights, has_biases, num_layers, bidirectional, batch_first)`` of an LSTM or
+    GRU node of ``schema`` (ATen's or ours) whose weights are constants of a plain ``mode``
+    layer (no projection) run in inference, else None."""
+    if node.schema != schema:
+        return None
+    from static_runtime.ops.selection import constant_value
+
+    params = constant_value(node.inputs[2])
+    weights = constant_weights(params)
+    flags = [constant_value(v) for v in node.inputs[3:]]
+    if weights is None or any(f is NotImplemented for f in flags):
+        return None
+    has_biases, num_layers, _dropout, train, bidirectional, batch_first = flags
+    if train or weights_fit(mode, weights, has_biases, num_layers, bidirectional):
+        return None
+    return params, weights, has_biases, num_layers, bidirectional, batch_first
+
+
 def _native(mode: str, schema: str):
     def factory(node: Node):
-        if node.schema != schema:
+        found = plain_layer(node, schema, mode)
+        if found is None:
             return None
-        from static_runtime.ops.selection import constant_value
-
-        params_value = constant_value(node.inputs[2])
-        weights = constant_weights(params_value)
-        flags = [constant_value(v) for v in node.inputs[3:]]
-        if weights is None or any(f is NotImplemented for f in flags):
-            return None
-        has_biases, num_layers, _dropout, train, bidirectional, batch_first = flags
-        if train or weights_fit(mode, weights, has_biases, num_layers, bidirectional):
-            return None
+        params_value, weights, has_biases, num_layers, bidirectional, batch_first = found
         impl = CompiledRecurrence(node, mode, weights, params_value, has_biases, num_layers,
                                   bidirectional, batch_first)
         return labelled(f"Inductor-compiled {mode} per input signature (ATen otherwise)")(impl)
