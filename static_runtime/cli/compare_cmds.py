@@ -41,6 +41,7 @@ PEER_TITLES = {
     "onnxruntime": "ONNX Runtime",
     "torch_compile": "torch.compile (inductor)",
     "static_runtime": "static_runtime (ours)",
+    "static_runtime_tuned": "static_runtime, tuned (ours)",
 }
 
 #: Peers whose outputs differing from the reference's is reported, not an error of the
@@ -220,9 +221,13 @@ def _positive(**values: int) -> None:
 @click.option("--runs", default=50, show_default=True, help="Calls per timing sample.")
 @click.option("--warmup", default=20, show_default=True, help="Calls before timing.")
 @threads_option
+@click.option("--tuned", is_flag=True,
+              help="Also ours as set for a CPU: kernel_choice='measure' (our own C kernels "
+                   "among the candidates) and channels_last=True.")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead.")
 def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, batch_sizes: str,
-          repeats: int, runs: int, warmup: int, threads: int, as_json: bool) -> None:
+          repeats: int, runs: int, warmup: int, threads: int, tuned: bool,
+          as_json: bool) -> None:
     """Benchmark MODEL against the runtimes it can run on; show latency and memory side by
     side, with ratios.
 
@@ -275,7 +280,7 @@ def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, bat
         # process has loaded the archive once (the first load pays torch.export's one-time
         # imports, a second or more, which would otherwise be charged to ours).
         with console.status("preparing the runtimes..."):
-            runners = make_runners(model, args, module=None if exported else mod)
+            runners = make_runners(model, args, module=None if exported else mod, tuned=tuned)
         for r in runners:
             if r.name == "static_runtime" and not exported:  # built above: the module's
                 r.setup_seconds = load_seconds

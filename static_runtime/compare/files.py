@@ -44,11 +44,18 @@ EXPORTED_RUNNERS = ("eager", "onnxruntime", "torch_compile", "static_runtime")
 Factory = Callable[[_Setup], Callable[[], Any]]
 
 
+#: Ours as set for a CPU (``bench --tuned``): kernels measured, ours among them, and conv
+#: nets channels-last from end to end.
+TUNED = sr.StaticModuleOptions(kernel_choice="measure", channels_last=True)
+
+
 def make_archive_runners(path: str | Path, inputs: tuple, *,
-                         module: sr.StaticModule | None = None) -> list[Runner]:
+                         module: sr.StaticModule | None = None,
+                         tuned: bool = False) -> list[Runner]:
     """Runners for a TorchScript archive (``ARCHIVE_RUNNERS``; eager PyTorch is not
     available: the archive holds no Python code). Ours is ``module`` if given, else
-    ``StaticModule(path)``."""
+    ``StaticModule(path)``; with ``tuned``, also ours with ``TUNED``
+    (``static_runtime_tuned``)."""
     path = str(path)
 
     def loaded() -> torch.jit.ScriptModule:
@@ -77,14 +84,16 @@ def make_archive_runners(path: str | Path, inputs: tuple, *,
     return _runners_from({"torchscript": make_torchscript, "torchscript_frozen": make_frozen,
                           "pytorch_static_runtime": make_cpp,
                           "onnxruntime": _make_onnxruntime, "torch_compile": _make_torch_compile,
-                          "static_runtime": _ours_from_file(path, inputs, module)}, setup)
+                          **_ours(path, inputs, module, tuned)}, setup)
 
 
 def make_exported_runners(path: str | Path, inputs: tuple, *,
-                          module: sr.StaticModule | None = None) -> list[Runner]:
+                          module: sr.StaticModule | None = None,
+                          tuned: bool = False) -> list[Runner]:
     """Runners for a ``torch.export.save`` archive (``.pt2``; ``EXPORTED_RUNNERS``).
     TorchScript and PyTorch's C++ Static Runtime cannot run an exported program. Ours is
-    ``module`` if given, else ``StaticModule(path)``."""
+    ``module`` if given, else ``StaticModule(path)``; with ``tuned``, also ours with
+    ``TUNED``."""
     path = str(path)
 
     def make_eager(s: _Setup) -> Callable[[], Any]:
@@ -98,15 +107,24 @@ def make_exported_runners(path: str | Path, inputs: tuple, *,
 
     return _runners_from({"eager": make_eager, "onnxruntime": _make_onnxruntime,
                           "torch_compile": _make_torch_compile,
-                          "static_runtime": _ours_from_file(path, inputs, module)}, setup)
+                          **_ours(path, inputs, module, tuned)}, setup)
 
 
-def _ours_from_file(path: str, inputs: tuple, module: sr.StaticModule | None) -> Factory:
+def _ours(path: str, inputs: tuple, module: sr.StaticModule | None,
+          tuned: bool) -> dict[str, Factory]:
+    ours = {"static_runtime": _ours_from_file(path, inputs, module)}
+    if tuned:
+        ours["static_runtime_tuned"] = _ours_from_file(path, inputs, None, TUNED)
+    return ours
+
+
+def _ours_from_file(path: str, inputs: tuple, module: sr.StaticModule | None,
+                    options: sr.StaticModuleOptions | None = None) -> Factory:
     """The factory of our runner for a model file: ``module`` if given, else
-    ``StaticModule(path)``."""
+    ``StaticModule(path, options)``."""
 
     def make_ours(s: _Setup) -> Callable[[], Any]:
-        mod = module if module is not None else sr.StaticModule(path)
+        mod = module if module is not None else sr.StaticModule(path, options=options)
         s.details["held"] = _arena_bytes(mod)
         rt = mod.runtime()
         return lambda: rt(*inputs)
@@ -124,7 +142,8 @@ def _runners_from(factories: dict[str, Factory], setup: Callable[[], _Setup]) ->
         s: _Setup | None = None
         try:
             start = time.perf_counter()
-            s = _Setup(None, (), None, [], "") if name == "static_runtime" else setup()
+            s = _Setup(None, (), None, [], "") if name.startswith("static_runtime") \
+                else setup()
             fn = factory(s)
             seconds = time.perf_counter() - start
             start = time.perf_counter()
