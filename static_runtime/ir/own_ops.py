@@ -53,9 +53,15 @@ GRU = ("static_runtime::gru(Tensor input, Tensor hx, Tensor[] params, bool has_b
        "int num_layers, float dropout, bool train, bool bidirectional, bool batch_first) "
        "-> (Tensor, Tensor)")
 
+#: LLaMA's / T5's RMS normalisation written as pow-mean-add-rsqrt-mul-mul (a cast of the
+#: normalised value to ``dtype`` before the weight, where the model casts):
+#: ``weight * (input * rsqrt(input.pow(2).mean(-1, keepdim=True) + eps)).to(dtype)``.
+RMS_NORM = ("static_runtime::rms_norm(Tensor input, Tensor weight, float eps, "
+            "ScalarType? dtype=None) -> Tensor")
+
 #: Every schema this module declares.
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
-           LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU)
+           LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

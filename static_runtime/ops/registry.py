@@ -181,6 +181,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         conv1d,
         fallback,
         gemm,
+        norms,
         out_variants,
         rnn,
         selection,

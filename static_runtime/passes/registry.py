@@ -17,6 +17,7 @@ from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.layout import channels_last
 from static_runtime.passes.noops import remove_noops
+from static_runtime.passes.norms import fuse_rms_norm
 from static_runtime.passes.packing import pack_linears
 from static_runtime.passes.recurrent import compile_recurrent
 from static_runtime.passes.regions import fuse_regions
@@ -41,6 +42,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "fold_batchnorm": fold_batchnorm,
         "pack_linears": pack_linears,
         "fuse_attention": fuse_attention,
+        "fuse_rms_norm": fuse_rms_norm,
         "fuse_convolution": fuse_convolution,
         "channels_last": channels_last,
         "fuse_linear_pointwise": fuse_linear_pointwise,

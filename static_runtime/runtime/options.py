@@ -56,6 +56,10 @@ class StaticModuleOptions:
     #: matmul-(scale)-(mask)-softmax-matmul → scaled_dot_product_attention where measured
     #: faster (``passes/fusion.py``)
     fuse_attention: bool = True
+    #: RMS normalisation written out (pow-mean-add-rsqrt-mul-mul) → one
+    #: ``static_runtime::rms_norm`` node; only with ``kernel_choice="measure"``, which times
+    #: our kernel for it (``passes/norms.py``)
+    fuse_rms_norm: bool = True
     #: conv2d with constant weight (+ relu) → oneDNN prepacked, fused convolution
     fuse_convolution: bool = True
     #: activations kept channels-last from convolution to convolution, converted to eager's
@@ -174,4 +178,5 @@ class StaticModuleOptions:
         enabled["fuse_regions"] = self.fuse_regions and self.fusion_compiler is not None
         enabled["compile_recurrent"] &= self.fusion_compiler is not None
         enabled["channels_last"] &= self.fuse_convolution
+        enabled["fuse_rms_norm"] &= self.kernel_choice == "measure"
         return enabled

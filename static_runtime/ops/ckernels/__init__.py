@@ -39,7 +39,7 @@ import torch
 from static_runtime.ops.kernels import cache_path, cpu_identity
 
 #: What the library is built from (all hashed; the .c files compiled).
-_FILES = ("act.h", "depthwise.c", "gemm.c", "recurrent.c")
+_FILES = ("act.h", "depthwise.c", "gemm.c", "norms.c", "recurrent.c")
 _FLAG_SETS = (["-O3", "-march=native"], ["-O3", "-mcpu=native"], ["-O3"])
 #: ``-ffp-contract=fast``: ISO C mode (``-std=c11``) forbids fusing ``a * b + c`` into one
 #: multiply-add, and GCC then issues a multiply and an add: on CPUs whose adds share the FMA
@@ -164,6 +164,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn.argtypes = [_PTR, _PTR, _PTR]
     lib.sr_conv2d_block.restype = ctypes.c_int
     lib.sr_conv2d_block.argtypes = [_PTR, _PTR, _PTR]
+    lib.sr_rms_norm.restype = None
+    lib.sr_rms_norm.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, ctypes.c_float]
     lib.sr_recurrent_layer.restype = ctypes.c_int
     lib.sr_recurrent_layer.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64,
                                        _I64, _I64, _I64, _I64, ctypes.c_int]
@@ -502,6 +504,32 @@ class Recurrent:
                     raise MemoryError("Recurrent: no memory for a step's products")
             layer_input = out
         return (out, h_n, c_n) if lstm else (out, h_n)
+
+
+def rms_norm(weight: torch.Tensor, eps: float):
+    """A kernel ``x -> weight * (x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))`` for
+    contiguous float32 CPU ``x`` whose last dimension is ``weight``'s length (``norms.c``)."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"our own C kernels are unavailable: {why_unavailable()}")
+    if weight.dim() != 1 or weight.dtype is not torch.float32:
+        raise ValueError(f"rms_norm takes a float32 1-D weight, got {weight.dtype} "
+                         f"{tuple(weight.shape)}")
+    weight = weight.detach().contiguous()
+    h, w_ptr, run, f32 = weight.shape[0], weight.data_ptr(), lib.sr_rms_norm, torch.float32
+    eps = float(eps)
+
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype is not f32 or not x.is_cpu or x.dim() < 1 or x.shape[-1] != h \
+                or not x.is_contiguous():
+            raise ValueError(f"rms_norm takes a contiguous float32 CPU tensor of last "
+                             f"dimension {h}, got {x.dtype} {tuple(x.shape)}")
+        out = torch.empty_like(x)
+        run(x.data_ptr(), w_ptr, out.data_ptr(), x.numel() // h if h else 0, h, eps)
+        return out
+
+    norm.keep = weight  # type: ignore[attr-defined]
+    return norm
 
 
 def _channels_last_strides(c: int, h: int, w: int) -> tuple[int, int, int, int]:

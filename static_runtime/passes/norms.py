@@ -1,0 +1,119 @@
+"""``fuse_rms_norm``: RMS normalisation written out — as LLaMA's and T5's layers write it —
+becomes one ``static_runtime::rms_norm`` node (``ir/own_ops.py``).
+
+Matched exactly, by schema and constants, anything else left alone::
+
+    p = aten::pow.Tensor_Scalar(x, 2)
+    v = aten::mean.dim(p, [-1], keepdim=True, dtype=None)
+    e = static_runtime::add.Scalar(v, eps)  |  static_runtime::add.Tensor(v, <0-dim constant>)
+    r = aten::rsqrt(e)
+    y = aten::mul.Tensor(x, r)                       (either order)
+    [y = aten::to.dtype(y, dtype, non_blocking=False, copy=False, memory_format=None)]
+    z = aten::mul.Tensor(weight, y)                  (either order; weight a 1-D constant)
+
+with every intermediate used only by the next. ``z`` becomes ``rms_norm(x, weight, eps,
+dtype)``, whose meaning is that composite (``ops/norms.py``); with ``kernel_choice="measure"``
+our kernel (``ops/ckernels/norms.c``) is timed against it. The pass runs only with that
+option (``StaticModuleOptions.passes_enabled``): without our kernel the fused node would run
+the same five operators, outside the arena.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from static_runtime.ir import types as T
+from static_runtime.ir.graph import Graph, Node, Value
+from static_runtime.ir.own_ops import RMS_NORM
+from static_runtime.passes.constant_propagation import constant_value as _constant
+
+_UNKNOWN = object()
+
+
+def constant_value(value: Value):
+    """The constant ``value`` is, or ``_UNKNOWN``."""
+    known, v = _constant(value)
+    return v if known else _UNKNOWN
+
+_aten = torch.ops.aten
+_POW = str(_aten.pow.Tensor_Scalar._schema)
+_MEAN = str(_aten.mean.dim._schema)
+_RSQRT = str(_aten.rsqrt.default._schema)
+_MUL = str(_aten.mul.Tensor._schema)
+_TO = str(_aten.to.dtype._schema)
+_ADDS = ("static_runtime::add.Scalar", "static_runtime::add.Tensor")
+
+
+def fuse_rms_norm(graph: Graph) -> bool:
+    changed = False
+    for node in list(graph.walk()):
+        if node.schema == _RSQRT and node.owning_block is not None:
+            changed |= _fuse_from(graph, node)
+    return changed
+
+
+def _only_use(value: Value) -> Node | None:
+    uses = value.uses
+    return uses[0].user if len(uses) == 1 else None
+
+
+def _other(node: Node, value: Value) -> Value | None:
+    """The other input of a binary ``mul`` whose one input is ``value``."""
+    a, b = node.inputs[:2]
+    return b if a is value else a if b is value else None
+
+
+def _fuse_from(graph: Graph, rsqrt: Node) -> bool:
+    add = rsqrt.inputs[0].node
+    if add is None or add.schema_name() not in _ADDS or _only_use(add.output) is not rsqrt:
+        return False
+    eps = constant_value(add.inputs[1])
+    if isinstance(eps, torch.Tensor):
+        eps = float(eps) if eps.dim() == 0 and eps.is_floating_point() else None
+    if type(eps) not in (int, float):  # (also _UNKNOWN)
+        return False
+    mean = add.inputs[0].node
+    if mean is None or mean.schema != _MEAN or _only_use(mean.output) is not add:
+        return False
+    dims, keepdim, dtype = (constant_value(v) for v in mean.inputs[1:4])
+    if not isinstance(dims, (list, tuple)) or list(dims) != [-1] or keepdim is not True \
+            or dtype is not None:
+        return False
+    pow_ = mean.inputs[0].node
+    if pow_ is None or pow_.schema != _POW or _only_use(pow_.output) is not mean \
+            or constant_value(pow_.inputs[1]) not in (2, 2.0):
+        return False
+    x = pow_.inputs[0]
+    scale = _only_use(rsqrt.output)
+    if scale is None or scale.schema != _MUL or _other(scale, rsqrt.output) is not x:
+        return False
+    last, cast = _only_use(scale.output), None
+    if last is not None and last.schema == _TO:
+        cast = last
+        dtype_, non_blocking, copy, memory_format = (constant_value(v) for v in last.inputs[1:5])
+        if dtype_ is None or _UNKNOWN in (dtype_, non_blocking, copy, memory_format) \
+                or non_blocking or copy or memory_format is not None:
+            return False
+        last = _only_use(last.output)
+    if last is None or last.schema != _MUL:
+        return False
+    weight_value = _other(last, (cast or scale).output)
+    weight = None if weight_value is None else constant_value(weight_value)
+    if not (isinstance(weight, torch.Tensor) and weight.dim() == 1
+            and weight.is_floating_point()):
+        return False
+    if any(n.owning_block is not last.owning_block for n in (pow_, mean, add, rsqrt, scale)):
+        return False
+    fused = graph.create("static_runtime::rms_norm", [
+        x, weight_value, graph.constant(float(eps), T.Float, before=last),
+        cast.inputs[1] if cast is not None else graph.constant(None, T.NoneT, before=last)],
+        output_types=[last.output.type])
+    fused.schema, fused.source = RMS_NORM, last.source
+    fused.insert_before(last)
+    name = last.output.name
+    last.output.replace_all_uses_with(fused.output)
+    for node in (last, cast, scale, rsqrt, add, mean, pow_):
+        if node is not None:
+            node.destroy()
+    fused.output.set_name(name)
+    return True

@@ -1,0 +1,115 @@
+"""``fuse_rms_norm`` (``passes/norms.py``) and ``static_runtime::rms_norm`` (``ops/norms.py``):
+what is fused and what is left alone, answers equal to TorchScript's on two shape sets with
+either kernel, and our kernel against the composite."""
+
+import pytest
+import torch
+from differential import check
+from torch import nn
+
+import static_runtime as sr
+from static_runtime.ops import ckernels
+from static_runtime.ops.kernels import Choice, KernelChooser
+
+MEASURE = sr.StaticModuleOptions(kernel_choice="measure", verify_memory_plans=True,
+                                 specialize_after=0)
+OPTIONS = {"measure": MEASURE,
+           "interpreter": sr.StaticModuleOptions(kernel_choice="measure",
+                                                 executor="interpreter")}
+
+pytestmark = pytest.mark.skipif(not ckernels.available(),
+                                reason=f"no C kernels: {ckernels.why_unavailable()}")
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+
+
+class LlamaNorm(nn.Module):
+    """LLaMA's RMSNorm (a cast to float32 before the weight), T5's (none), and a norm whose
+    parts are reused elsewhere (left alone)."""
+
+    def __init__(self, dim: int = 40):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(dim))
+        self.w2 = nn.Parameter(torch.randn(dim))
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        v = h.pow(2).mean(-1, keepdim=True)
+        a = self.w1 * (h * torch.rsqrt(v + 1e-6)).to(torch.float32)
+        b = (a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-5)) * self.w2
+        r = torch.rsqrt(b.pow(2).mean(-1, keepdim=True) + 1e-6)
+        c = self.w2 * (b * r)
+        return a + b + c + r  # r reused: the third norm is not fused
+
+
+def _kinds(mod):
+    return [n.kind for n in mod.graph.walk()]
+
+
+def _inputs():
+    torch.manual_seed(2)
+    return [torch.randn(2, 7, 40)], [torch.randn(3, 40)]
+
+
+def test_two_of_three_fused_and_answers_equal_on_two_shape_sets():
+    first, second = _inputs()
+    mods = check(LlamaNorm().eval(), first, second, options=OPTIONS)
+    assert _kinds(mods["measure"]).count("static_runtime::rms_norm") == 2
+    assert "x=(2, 7, 40) threads=" in mods["measure"].describe()
+
+
+@pytest.mark.parametrize("name", ["aten", "native"])
+def test_each_kernel_forced(name, monkeypatch):
+    monkeypatch.setattr(KernelChooser, "choose",
+                        lambda self, key, names, make, default: Choice(name, {}, "forced"))
+    first, second = _inputs()
+    mod = check(LlamaNorm().eval(), first, second, options={"measure": MEASURE})["measure"]
+    assert mod.describe().count(f": {name} (forced)") >= 2
+
+
+def test_not_fused_without_measured_kernels():
+    mod = sr.StaticModule(torch.jit.script(LlamaNorm().eval()))
+    assert "static_runtime::rms_norm" not in _kinds(mod)
+
+
+class NotNorms(nn.Module):
+    """Near misses: another dimension, no keepdim, a cube, a weight that is an input."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(6))
+
+    def forward(self, x, w_in):
+        a = self.w * (x * torch.rsqrt(x.pow(2).mean(1, keepdim=True) + 1e-6))
+        b = self.w * (x * torch.rsqrt(x.pow(3).mean(-1, keepdim=True) + 1e-6))
+        c = w_in * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+        d = self.w * (x * torch.rsqrt(x.pow(2).mean(-1).unsqueeze(-1) + 1e-6))
+        return a + b + c + d
+
+
+def test_near_misses_are_left_alone():
+    torch.manual_seed(3)
+    mods = check(NotNorms().eval(), [torch.randn(6, 6), torch.randn(6)],
+                 [torch.randn(6, 6) * 2, torch.randn(6)], options={"measure": MEASURE})
+    assert "static_runtime::rms_norm" not in _kinds(mods["measure"])
+
+
+@pytest.mark.parametrize("h", [1, 15, 16, 40, 257])
+def test_kernel_matches_the_composite(h):
+    from static_runtime.ops.norms import rms_norm_reference
+
+    torch.manual_seed(h)
+    weight = torch.randn(h)
+    kernel = ckernels.rms_norm(weight, 1e-5)
+    for shape in ((1, h), (3, 5, h)):  # two shape sets
+        x = torch.randn(shape) * 4
+        before = x.clone()
+        out = kernel(x)
+        torch.testing.assert_close(out, rms_norm_reference(x, weight, 1e-5), rtol=2e-6,
+                                   atol=2e-6)
+        assert torch.equal(kernel(x), out) and torch.equal(x, before)
+    with pytest.raises(ValueError, match=f"last dimension {h}"):
+        kernel(torch.randn(2, h + 1))
