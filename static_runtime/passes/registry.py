@@ -13,6 +13,7 @@ from static_runtime.passes.dead_code import eliminate_dead_code
 from static_runtime.passes.fold import fold_batchnorm
 from static_runtime.passes.functionalize import functionalize
 from static_runtime.passes.fusion import fuse_attention, fuse_convolution, fuse_linear_pointwise
+from static_runtime.passes.gelu import fuse_gelu
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.layout import channels_last
@@ -43,6 +44,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "pack_linears": pack_linears,
         "fuse_attention": fuse_attention,
         "fuse_rms_norm": fuse_rms_norm,
+        "fuse_gelu": fuse_gelu,
         "fuse_convolution": fuse_convolution,
         "channels_last": channels_last,
         "fuse_linear_pointwise": fuse_linear_pointwise,

@@ -60,6 +60,9 @@ class StaticModuleOptions:
     #: ``static_runtime::rms_norm`` node; only with ``kernel_choice="measure"``, which times
     #: our kernel for it (``passes/norms.py``)
     fuse_rms_norm: bool = True
+    #: GELU's tanh approximation written out (GPT-2's gelu_new: eight operators) →
+    #: ``aten::gelu(x, approximate="tanh")`` (``passes/gelu.py``)
+    fuse_gelu: bool = True
     #: conv2d with constant weight (+ relu) → oneDNN prepacked, fused convolution
     fuse_convolution: bool = True
     #: activations kept channels-last from convolution to convolution, converted to eager's
