@@ -5,25 +5,14 @@ either kernel, and our kernel against the composite."""
 import pytest
 import torch
 from differential import check
+from measured import MEASURE, OPTIONS, fresh_kernel_cache, needs_ckernels  # noqa: F401
 from torch import nn
 
 import static_runtime as sr
 from static_runtime.ops import ckernels
 from static_runtime.ops.kernels import Choice, KernelChooser
 
-MEASURE = sr.StaticModuleOptions(kernel_choice="measure", verify_memory_plans=True,
-                                 specialize_after=0)
-OPTIONS = {"measure": MEASURE,
-           "interpreter": sr.StaticModuleOptions(kernel_choice="measure",
-                                                 executor="interpreter")}
-
-pytestmark = pytest.mark.skipif(not ckernels.available(),
-                                reason=f"no C kernels: {ckernels.why_unavailable()}")
-
-
-@pytest.fixture(autouse=True)
-def cache_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = needs_ckernels
 
 
 class LlamaNorm(nn.Module):
