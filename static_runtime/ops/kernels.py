@@ -268,34 +268,23 @@ class KernelChooser:
                 f"(cache {self.cache.path})")
 
 
-_measurers = 0
-_quiet = threading.Condition()
+#: Held by a background build of ours while it runs a step (``runtime/hot.py``), and by a
+#: measurement while it times: a measurement waits for the step under way to end, and the
+#: build waits at its next step for the measurement to end. Reentrant: a build that measures
+#: (a verifying call on the builder thread) already holds it.
+STEPS = threading.RLock()
 
 
 @contextmanager
 def measuring():
-    """Marks a measurement under way: background work of ours (shape programs and
-    specialised code built on a builder thread, ``runtime/hot.py``) waits at its next step
-    until it ends. Sharing the GIL with a build, a candidate's samples took up to twice their
-    time, and a tie of 1–2 µs kernels went to whichever a build happened not to hit."""
-    global _measurers
-    with _quiet:
-        _measurers += 1
-    try:
+    """Marks a measurement under way: it waits for a step of our background work (shape
+    programs and specialised code built on a builder thread, ``runtime/hot.py``) to end, and
+    that work waits until the measurement ends. Sharing the GIL with a build, a candidate's
+    samples took up to twice their time — and one long step (compiling generated code, ~15
+    ms) could cover every sample: a GRU measured 12 × its time and lost to ATen's, a choice
+    then remembered on disk."""
+    with STEPS:
         yield
-    finally:
-        with _quiet:
-            _measurers -= 1
-            if not _measurers:
-                _quiet.notify_all()
-
-
-def wait_while_measuring(timeout_s: float = 1.0) -> None:
-    """Returns once no measurement is under way (or after ``timeout_s``: a measurement is
-    bounded by its budget, so this only guards against a stuck one)."""
-    if _measurers:
-        with _quiet:
-            _quiet.wait_for(lambda: not _measurers, timeout_s)
 
 
 def expose_choices(fn: Callable, choices: dict[tuple, Choice], problem: tuple) -> Callable:

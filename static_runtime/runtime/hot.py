@@ -23,7 +23,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
-from static_runtime.ops.kernels import wait_while_measuring
+from static_runtime.ops.kernels import STEPS
 
 #: How many recent calls the counts are over.
 WINDOW = 64
@@ -107,7 +107,8 @@ class BackgroundBuilder:
         _ON_BUILDER.active = True  # (the pool's one thread: it only ever runs builds)
         _quiet_torch_logs_on_builders()
         try:
-            build()
+            with STEPS:  # released between steps (``_pause``) and when done
+                build()
         except Exception as e:  # noqa: BLE001  (reported; the generic code goes on serving)
             self.failures[key] = f"{type(e).__name__}: {e}"
             warnings.warn(f"static_runtime: building specialised code failed ({e}); the "
@@ -140,8 +141,13 @@ def yield_to_requests() -> Callable[[], None]:
 
 
 def _pause() -> None:
-    time.sleep(0)
-    wait_while_measuring()  # a kernel being timed on another thread: not under a build
+    # Between two steps of a build: a kernel being timed on another thread runs now, not
+    # under a step (``ops/kernels.measuring``).
+    STEPS.release()
+    try:
+        time.sleep(0)
+    finally:
+        STEPS.acquire()
 
 
 def _nothing() -> None:

@@ -170,3 +170,35 @@ def test_wait_for_builds_waits_for_every_module():
     for mod in mods:
         torch.testing.assert_close(mod(x, w), eager(x, w))
         assert "Specialised on its input signature" in mod.code
+
+
+def test_a_measurement_holds_background_builds_between_their_steps():
+    """Kernels timed on a request thread while a build of ours runs: the measurement waits for
+    the step under way, and no step runs until it is done (a GRU measured under a build read
+    12 × its time, lost to ATen's kernel, and that choice was remembered on disk)."""
+    import threading
+    import time
+
+    from static_runtime.ops import kernels
+    from static_runtime.runtime.hot import yield_to_requests
+
+    steps: list[int] = []
+    started = threading.Event()
+
+    def build():
+        pause = yield_to_requests()
+        for i in range(100):
+            steps.append(i)
+            started.set()
+            time.sleep(0.001)  # inside a step
+            pause()
+
+    builder = BackgroundBuilder("test-steps")
+    builder.submit("k", build)
+    assert started.wait(10)
+    with kernels.measuring():
+        seen = len(steps)
+        time.sleep(0.05)
+        assert len(steps) == seen  # no step while measuring
+    builder.wait()
+    assert steps == list(range(100))
