@@ -100,8 +100,8 @@ def collect(names: list[str]) -> tuple[dict[tuple, set[str]], dict[tuple, set[st
             mod(*inputs(batch))
             for pn in mod.plan.nodes():
                 problem = getattr(pn.fn, "problem", None)
-                if problem is None or problem[0] in ("conv1d", "lstm", "gru"):
-                    continue  # (1-D convolutions: ``benchmarks/conv_paths.py``; recurrent
+                if problem is None or problem[0] in ("conv1d", "lstm", "gru", "rms_norm"):
+                    continue  # (1-D convolutions: ``benchmarks/conv_paths.py``; norms and recurrent
                     # layers: ``benchmarks/recurrent.py``)
                 if problem[0] == "conv2d":
                     _, w, stride, padding, dilation, groups, has_bias, attr = problem
