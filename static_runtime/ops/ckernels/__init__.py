@@ -184,11 +184,30 @@ def _block(*values: int) -> tuple[ctypes.Array, int]:
     return array, ctypes.addressof(array)
 
 
+#: Per-shape argument blocks a kernel keeps (more: the cache starts over; a caller holds
+#: the block it uses, so dropping one under a concurrent call is safe).
+_MAX_SHAPES = 256
+
+
+def _remember(cache: dict, key, value):
+    """``cache[key] = value`` in a cache of at most ``_MAX_SHAPES`` entries (sizes long gone
+    are forgotten all at once); returns ``value``."""
+    if len(cache) >= _MAX_SHAPES:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def _output_size(h: int, w: int, kh: int, kw: int, stride, padding, dilation
+                 ) -> tuple[int, int]:
+    """A convolution's output height and width (PyTorch's formula)."""
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    return (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1, (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+
+
 #: The activations the kernels apply themselves, by the fused operators' attr.
 ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "hardswish": 3, "sigmoid": 4, "silu": 5,
                "gelu": 6, "tanh": 7}
-
-
 
 
 def depthwise_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -219,9 +238,6 @@ def depthwise_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: li
             raise ValueError(f"depthwise_conv2d: the bias must be float32 ({c},), got "
                              f"{bias.dtype} {tuple(bias.shape)}")
         bias = bias.detach().contiguous()
-    sh, sw = stride
-    ph, pw = padding
-    dh, dw = dilation
     code = ACTIVATIONS[act]
     run = lib.sr_depthwise_conv2d_block
     w_ptr, b_ptr = packed.data_ptr(), 0 if bias is None else bias.data_ptr()
@@ -230,21 +246,18 @@ def depthwise_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: li
 
     def sizes(shape: torch.Size) -> tuple:
         n, channels, h, w = shape
-        oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-        ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        oh, ow = _output_size(h, w, kh, kw, stride, padding, dilation)
         if channels != c or oh < 1 or ow < 1:
             raise ValueError(f"depthwise_conv2d of {c} channels, a {kh} × {kw} kernel "
                              f"(padding {list(padding)}, dilation {list(dilation)}) cannot "
                              f"take an input of shape {tuple(shape)}")
-        block = _block(w_ptr, b_ptr, n, h, w, c, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, code)
-        if len(shapes) >= 256:  # (sizes long gone; a caller holds what it uses)
-            shapes.clear()
-        shapes[shape] = found = ((n, c, oh, ow), _channels_last_strides(c, oh, ow), block[1],
-                                 block)
-        return found
+        block = _block(w_ptr, b_ptr, n, h, w, c, kh, kw, *stride, *padding, *dilation, oh, ow,
+                       code)
+        return _remember(shapes, shape, ((n, c, oh, ow), _channels_last_strides(c, oh, ow),
+                                         block[1], block))
 
     def depthwise(x: torch.Tensor) -> torch.Tensor:
-        if x.dtype is not f32 or x.device.type != "cpu" or x.dim() != 4:
+        if x.dtype is not f32 or not x.is_cpu or x.dim() != 4:
             raise ValueError(f"depthwise_conv2d takes a float32 4-D CPU tensor, got "
                              f"{x.dtype} {tuple(x.shape)} on {x.device}")
         x = x.contiguous(memory_format=cl)
@@ -294,11 +307,9 @@ class Gemm:
         key = (m, lda, ldc)
         found = self._blocks.get(key)
         if found is None:
-            if len(self._blocks) >= 256:  # (sizes long gone)
-                self._blocks.clear()
-            found = self._blocks[key] = _block(
+            found = _remember(self._blocks, key, _block(
                 lda, self.packed.data_ptr(), 0 if self.bias is None else self.bias.data_ptr(),
-                ldc, m, self.k, self.n, self.act)
+                ldc, m, self.k, self.n, self.act))
         return found
 
     def kernel(self):
@@ -382,22 +393,19 @@ class Conv2d:
 
     def _sizes(self, shape: torch.Size) -> tuple:
         n, channels, h, w = shape
-        (sh, sw), (ph, pw), (dh, dw) = self.stride, self.padding, self.dilation
         kh, kw, cout = self.kh, self.kw, self.cout
-        oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-        ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+        oh, ow = _output_size(h, w, kh, kw, self.stride, self.padding, self.dilation)
         if channels != self.cin or oh < 1 or ow < 1:
             raise ValueError(f"a convolution of {self.cin} input channels and a {kh} × {kw} "
                              f"kernel (padding {self.padding}, dilation {self.dilation}) cannot "
                              f"take an input of shape {tuple(shape)}")
         gemm = self.gemm
         block = _block(gemm.packed.data_ptr(), 0 if gemm.bias is None else gemm.bias.data_ptr(),
-                       n, h, w, channels, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, cout, gemm.act)
-        if len(self._shapes) >= 256:  # (sizes long gone; a caller holds what it uses)
-            self._shapes.clear()
-        self._shapes[shape] = found = ((n, cout, oh, ow), _channels_last_strides(cout, oh, ow),
-                                       block[1], block)
-        return found
+                       n, h, w, channels, kh, kw, *self.stride, *self.padding, *self.dilation,
+                       oh, ow, cout, gemm.act)
+        return _remember(self._shapes, shape, ((n, cout, oh, ow),
+                                               _channels_last_strides(cout, oh, ow), block[1],
+                                               block))
 
     def kernel(self):
         """``x -> result``, channels-last (a channels-first ``x`` is converted first)."""
@@ -438,9 +446,9 @@ class Recurrent:
         per = 4 if has_biases else 2
         self.hidden = weights[1].shape[1]
         self.input_size = weights[0].shape[1]
-        nr = lib.sr_gemm_nr()
-        #: per (layer, direction): the input projection, the packed W_hh and padded b_hh
-        self.layers: list[tuple[Gemm, torch.Tensor, torch.Tensor | None]] = []
+        #: per (layer, direction): the input projection, and the recurrent product (whose
+        #: packed W_hh and padded b_hh the step loop reads)
+        self.layers: list[tuple[Gemm, Gemm]] = []
         for i in range(num_layers * self.dirs):
             w_ih, w_hh = weights[i * per], weights[i * per + 1]
             b_ih = weights[i * per + 2] if has_biases else None
@@ -449,16 +457,7 @@ class Recurrent:
             if w_ih.shape[0] != g or w_hh.shape != (g, self.hidden):
                 raise ValueError(f"Recurrent: {mode} weights of layer {i // self.dirs} do not "
                                  f"fit a hidden size of {self.hidden}")
-            projection = Gemm(w_ih.detach().t(), b_ih)
-            panels = -(-g // nr)
-            packed = torch.empty(panels * nr * self.hidden)
-            source = w_hh.detach().t().contiguous()
-            lib.sr_gemm_pack(source.data_ptr(), g, self.hidden, g, packed.data_ptr())
-            bias = None
-            if b_hh is not None:
-                bias = torch.zeros(panels * nr)
-                bias[:g] = b_hh.detach()
-            self.layers.append((projection, packed, bias))
+            self.layers.append((Gemm(w_ih.detach().t(), b_ih), Gemm(w_hh.detach().t(), b_hh)))
         self._projections = [layer[0].kernel() for layer in self.layers]
         self._run = lib.sr_recurrent_layer
 
@@ -488,17 +487,19 @@ class Recurrent:
             rows = layer_input.reshape(steps * batch, -1)
             for d in range(dirs):
                 i = layer * dirs + d
-                _, packed, bias = self.layers[i]
+                recurrent = self.layers[i][1]
                 proj = self._projections[i](rows, None)  # (T·B, G·H): rows in x's order
                 g = proj.shape[1]
                 if self.batch_first:  # row (b, t)
                     xs_t, xs_b, os_t, os_b = g, steps * g, width, steps * width
                 else:  # row (t, b)
                     xs_t, xs_b, os_t, os_b = batch * g, g, batch * width, width
+                bias = recurrent.bias
                 status = self._run(
-                    proj.data_ptr(), xs_t, xs_b, packed.data_ptr(),
+                    proj.data_ptr(), xs_t, xs_b, recurrent.packed.data_ptr(),
                     None if bias is None else bias.data_ptr(), h_n[i].data_ptr(),
-                    None if c_n is None else c_n[i].data_ptr(), out.data_ptr() + d * hidden * 4,
+                    None if c_n is None else c_n[i].data_ptr(),
+                    out.data_ptr() + d * hidden * out.element_size(),
                     os_t, os_b, steps, batch, hidden, d)
                 if status:
                     raise MemoryError("Recurrent: no memory for a step's products")
