@@ -82,7 +82,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
     @labelled(f"conv2d_pointwise ({attr}): kernel chosen per input shape by measurement")
     def fn(x, w, b, stride_, padding_, dilation_, groups_, attr_):
         if w is weight and b is bias and x.dtype is f32 and x.dim() == 4 \
-                and x.device.type == "cpu" and not x.is_mkldnn:
+                and x.is_cpu and not x.is_mkldnn:
             channels_last = x.is_contiguous(memory_format=cl)
             if channels_last or x.is_contiguous():
                 key = (x.shape, channels_last, threads())

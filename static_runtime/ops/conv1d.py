@@ -28,7 +28,7 @@ import torch
 
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
-from static_runtime.ops.kernels import KernelChooser, expose_choices
+from static_runtime.ops.kernels import KernelChooser, PerShape
 from static_runtime.ops.registry import labelled, register_measured, register_native
 from static_runtime.ops.selection import constant_value
 
@@ -81,35 +81,26 @@ def _measured_conv1d(node: Node, chooser: KernelChooser, default: Callable[..., 
     if (groups == 1 or (groups == weight.shape[0] and weight.shape[1] == 1)) \
             and ckernels.available():
         kernels["native"] = _Native(*found)
-    names = tuple(kernels)
-    chosen: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
-    choices: dict[tuple, Any] = {}
+    per_shape = PerShape(chooser, tuple(kernels))
+    chosen = per_shape.chosen
     f32, threads = torch.float32, torch.get_num_threads
     spec = (f"w={tuple(weight.shape)} stride={stride} padding={padding} dilation={dilation} "
             f"groups={groups} bias={bias is not None}")
 
-    def decide(x: torch.Tensor, key: tuple):
-        problem = f"conv1d float32 x={tuple(x.shape)} contiguous {spec}"
-        choice = chooser.choose(problem, names, lambda: {n: (lambda k=k: k(x))
-                                                          for n, k in kernels.items()},
-                                default="aten")
-        kernel = kernels[choice.name]
-        if not choice.how.startswith("default (another"):
-            chosen[key] = kernel
-            choices[key] = choice
-        return kernel
+    def decide(x: torch.Tensor, key: tuple) -> str:
+        return per_shape.choose(key, f"conv1d float32 x={tuple(x.shape)} contiguous {spec}",
+                                lambda: {n: (lambda k=k: k(x)) for n, k in kernels.items()})
 
     @labelled("conv1d: kernel chosen per input shape by measurement")
     def fn(x, w, b, stride_, padding_, dilation_, groups_):
         if w is weight and b is bias and x.dtype is f32 and x.dim() == 3 \
-                and x.device.type == "cpu" and x.is_contiguous() and not x.is_mkldnn:
+                and x.is_cpu and x.is_contiguous() and not x.is_mkldnn:
             key = (x.shape, threads())
-            kernel = chosen.get(key) or decide(x, key)
-            return kernel(x)
+            return kernels[chosen.get(key) or decide(x, key)](x)
         return default(x, w, b, stride_, padding_, dilation_, groups_)
 
-    return expose_choices(fn, choices, ("conv1d", tuple(weight.shape), stride, padding,
-                                        dilation, groups, bias is not None))
+    return per_shape.expose(fn, ("conv1d", tuple(weight.shape), stride, padding, dilation,
+                                 groups, bias is not None))
 
 
 def _aten(weight, bias, stride, padding, dilation, groups):

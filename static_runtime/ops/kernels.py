@@ -287,21 +287,42 @@ def measuring():
         yield
 
 
-def expose_choices(fn: Callable, choices: dict[tuple, Choice], problem: tuple) -> Callable:
-    """Give a measured implementation keyed by ``(input shape, threads)`` what ``describe()``
-    and the benchmarks read: ``status()`` (each shape's choice and its timings), ``choices``
-    and ``problem`` (what the node computes)."""
+class PerShape:
+    """The kernel choices of one measured node, keyed by ``(input shape, thread count)``:
+    ``chosen`` maps a key to the chosen kernel's name (the call path's lookup),
+    ``choose`` makes the choice for a key seen the first time, and ``expose`` gives the
+    node's function what ``describe()`` and the benchmarks read."""
 
-    def status() -> str:
-        if not choices:
-            return "no kernel chosen yet"
-        return "; ".join(f"x={tuple(s)} threads={t}: {ch.describe()}"
-                         for (s, t), ch in choices.items())
+    def __init__(self, chooser: KernelChooser, names: tuple[str, ...], default: str = "aten"):
+        self.chooser, self.names, self.default = chooser, names, default
+        self.chosen: dict[tuple, str] = {}
+        self.choices: dict[tuple, Choice] = {}
 
-    fn.status = status  # type: ignore[attr-defined]
-    fn.choices = choices  # type: ignore[attr-defined]
-    fn.problem = problem  # type: ignore[attr-defined]
-    return fn
+    def choose(self, key: tuple, problem: str, make: Callable[[], dict[str, Candidate]]
+               ) -> str:
+        """The kernel for ``key``, measured (or remembered) now; kept unless another call was
+        measuring (then the default serves this call and the key is asked again later)."""
+        choice = self.chooser.choose(problem, self.names, make, self.default)
+        if not choice.how.startswith("default (another"):
+            self.chosen[key] = choice.name
+            self.choices[key] = choice
+        return choice.name
+
+    def expose(self, fn: Callable, problem: tuple) -> Callable:
+        """``fn`` with ``status()`` (each shape's choice and its timings), ``choices`` and
+        ``problem`` (what the node computes)."""
+        choices = self.choices
+
+        def status() -> str:
+            if not choices:
+                return "no kernel chosen yet"
+            return "; ".join(f"x={tuple(s)} threads={t}: {ch.describe()}"
+                             for (s, t), ch in choices.items())
+
+        fn.status = status  # type: ignore[attr-defined]
+        fn.choices = choices  # type: ignore[attr-defined]
+        fn.problem = problem  # type: ignore[attr-defined]
+        return fn
 
 
 def pick(timings_us: dict[str, float], default: str) -> str:

@@ -20,7 +20,7 @@ from static_runtime.ir.graph import Node
 from static_runtime.ir.own_ops import RMS_NORM
 from static_runtime.ops import ckernels
 from static_runtime.ops.enums import Kind, enum_table
-from static_runtime.ops.kernels import KernelChooser, expose_choices
+from static_runtime.ops.kernels import KernelChooser, PerShape
 from static_runtime.ops.registry import (
     implement_torch_ops,
     labelled,
@@ -34,9 +34,12 @@ def rms_norm_reference(input, weight, eps, dtype=None):
     """What ``static_runtime::rms_norm`` means: the operators it replaced, in their order
     (``dtype`` a ``torch.dtype``, or the int TorchScript spells one with)."""
     h = input * torch.rsqrt(input.pow(2).mean(-1, keepdim=True) + eps)
-    if dtype is not None:
-        h = h.to(enum_table(Kind.DTYPE)[dtype] if isinstance(dtype, int) else dtype)
-    return weight * h
+    return weight * (h if dtype is None else h.to(_dtype(dtype)))
+
+
+def _dtype(dtype: Any) -> torch.dtype:
+    """A ``torch.dtype``, whether given as one or as the int TorchScript spells it with."""
+    return enum_table(Kind.DTYPE)[dtype] if isinstance(dtype, int) else dtype
 
 
 @register_native("static_runtime::rms_norm")
@@ -54,12 +57,12 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
     weight, eps, dtype = (constant_value(v) for v in node.inputs[1:4])
     if not (isinstance(weight, torch.Tensor) and weight.dtype is torch.float32
             and weight.dim() == 1 and not weight.is_meta and type(eps) is float
-            and dtype in (None, torch.float32, 6)):  # (6: float32 as TorchScript spells it)
+            and (dtype is None or _dtype(dtype) is torch.float32)):
         return None
     h = weight.shape[0]
+    per_shape = PerShape(chooser, ("aten", "native"))
+    chosen = per_shape.chosen
     native: list[Callable | None] = [None]
-    chosen: dict[tuple, str] = {}
-    choices: dict[tuple, Any] = {}
     f32, threads = torch.float32, torch.get_num_threads
 
     def run_native(x):
@@ -67,16 +70,10 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
             native[0] = ckernels.rms_norm(weight, eps)
         return native[0](x)
 
-    def decide(x, key):
-        choice = chooser.choose(f"rms_norm float32 x={tuple(x.shape)} contiguous", ("aten",
-                                "native"), lambda: {"aten": lambda: default(x, weight, eps,
-                                                                            dtype),
-                                                    "native": lambda: run_native(x)},
-                                default="aten")
-        if not choice.how.startswith("default (another"):
-            chosen[key] = choice.name
-            choices[key] = choice
-        return choice.name
+    def decide(x, key) -> str:
+        return per_shape.choose(key, f"rms_norm float32 x={tuple(x.shape)} contiguous",
+                                lambda: {"aten": lambda: default(x, weight, eps, dtype),
+                                         "native": lambda: run_native(x)})
 
     @labelled("rms_norm: kernel chosen per input shape by measurement")
     def fn(x, w, eps_, dtype_):
@@ -87,7 +84,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                 return run_native(x)
         return default(x, w, eps_, dtype_)
 
-    return expose_choices(fn, choices, ("rms_norm", h))
+    return per_shape.expose(fn, ("rms_norm", h))
 
 
 implement_torch_ops(((RMS_NORM, rms_norm_reference),))

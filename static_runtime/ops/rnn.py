@@ -23,7 +23,7 @@ import torch
 
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
-from static_runtime.ops.kernels import KernelChooser, expose_choices
+from static_runtime.ops.kernels import KernelChooser, PerShape
 from static_runtime.ops.native.recurrent import plain_layer
 from static_runtime.ops.registry import labelled, register_measured, register_native
 
@@ -64,10 +64,9 @@ def _measured_factory(mode: str):
         if found is None or not ckernels.available():
             return None
         params, weights, has_biases, num_layers, bidirectional, batch_first = found
-        names = ("aten", "native")
+        per_shape = PerShape(chooser, ("aten", "native"))
+        chosen = per_shape.chosen
         native: list[ckernels.Recurrent | None] = [None]
-        chosen: dict[tuple, str] = {}
-        choices: dict[tuple, Any] = {}
         f32, threads = torch.float32, torch.get_num_threads
         spec = (f"{mode} weights={[tuple(w.shape) for w in weights[:2]]} layers={num_layers} "
                 f"bidirectional={bidirectional} batch_first={batch_first} bias={has_biases}")
@@ -78,17 +77,13 @@ def _measured_factory(mode: str):
                                                bidirectional, batch_first)
             return native[0](x, *state)
 
-        def decide(x, hx, state, rest, key):
-            problem = f"{mode} float32 x={tuple(x.shape)} contiguous {spec}"
-            choice = chooser.choose(problem, names, lambda: {
-                "aten": lambda: aten(x, hx, params, *rest)[0],
-                "native": lambda: run_native(x, state)[0]}, default="aten")
-            if not choice.how.startswith("default (another"):
-                chosen[key] = choice.name
-                choices[key] = choice
-            if choice.name != "native" and "native" not in chosen.values():
+        def decide(x, hx, state, rest, key) -> str:
+            name = per_shape.choose(key, f"{mode} float32 x={tuple(x.shape)} contiguous {spec}",
+                                    lambda: {"aten": lambda: aten(x, hx, params, *rest)[0],
+                                             "native": lambda: run_native(x, state)[0]})
+            if name != "native" and "native" not in chosen.values():
                 native[0] = None  # its packed weights serve no shape
-            return choice.name
+            return name
 
         @labelled(f"{mode}: kernel chosen per input shape by measurement")
         def fn(x, hx, params_, *rest):
@@ -104,8 +99,8 @@ def _measured_factory(mode: str):
                         return run_native(x, state)
             return default(x, hx, params_, *rest)
 
-        return expose_choices(fn, choices, (mode, num_layers, bidirectional, batch_first,
-                                            tuple(weights[1].shape)))
+        return per_shape.expose(fn, (mode, num_layers, bidirectional, batch_first,
+                                     tuple(weights[1].shape)))
 
     return factory
 
