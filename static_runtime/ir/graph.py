@@ -68,6 +68,10 @@ class Value:
         self.graph._release_name(self._name)
         self._name = self.graph._unique_name(name)
 
+    def sole_user(self) -> Node | None:
+        """The node using this value, if exactly one use is made of it (else None)."""
+        return self.uses[0].user if len(self.uses) == 1 else None
+
     def replace_all_uses_with(self, other: Value) -> None:
         for use in list(self.uses):
             use.user.replace_input(use.index, other)

@@ -301,7 +301,7 @@ def _postop_attr(node: Node) -> str | None:
 
 def _rewrite_conv(graph: Graph, conv: Node) -> None:
     out = conv.output
-    act = out.uses[0].user if len(out.uses) == 1 else None
+    act = out.sole_user()
     attr = _postop_attr(act) if act is not None and act.owning_block is conv.owning_block \
         else None
     fuse_act = attr is not None and act.inputs[0] is out
@@ -369,7 +369,7 @@ def _linear_postop_attr(node: Node) -> str | None:
 
 def _rewrite_linear(graph: Graph, linear: Node) -> None:
     out = linear.output
-    act = out.uses[0].user if len(out.uses) == 1 else None
+    act = out.sole_user()
     attr = _linear_postop_attr(act) \
         if act is not None and act.owning_block is linear.owning_block \
         and act.inputs[0] is out else None

@@ -49,10 +49,6 @@ def _close(a: float | None, b: float) -> bool:
     return a is not None and abs(a - b) <= 1e-6 * abs(b)
 
 
-def _only_user(value: Value) -> Node | None:
-    uses = value.uses
-    return uses[0].user if len(uses) == 1 else None
-
 
 def _by_number(node: Node, want: float) -> Value | None:
     """The operand of binary ``node`` whose other operand is the number ``want``."""
@@ -74,35 +70,35 @@ def fuse_gelu(graph: Graph) -> bool:
 
 def _fuse_from(graph: Graph, tanh: Node) -> bool:
     s = tanh.inputs[0].node
-    if s is None or s.schema not in _MULS or _only_user(s.output) is not tanh:
+    if s is None or s.schema not in _MULS or s.output.sole_user() is not tanh:
         return False
     a_value = _by_number(s, _BETA)
     a = None if a_value is None else a_value.node
-    if a is None or a.schema_name() not in _ADDS or _only_user(a.output) is not s:
+    if a is None or a.schema_name() not in _ADDS or a.output.sole_user() is not s:
         return False
     x = m = p = None
     for first, second in (a.inputs[:2], reversed(a.inputs[:2])):
         node = second.node
-        if node is not None and node.schema in _MULS and _only_user(second) is a:
+        if node is not None and node.schema in _MULS and second.sole_user() is a:
             cube = _by_number(node, _KAPPA)
             cube_node = None if cube is None else cube.node
             if cube_node is not None and cube_node.schema == _POW \
                     and cube_node.inputs[0] is first and _number(cube_node.inputs[1]) == 3.0 \
-                    and _only_user(cube_node.output) is node:
+                    and cube_node.output.sole_user() is node:
                 x, m, p = first, node, cube_node
                 break
     if x is None:
         return False
-    u = _only_user(tanh.output)
+    u = tanh.output.sole_user()
     if u is None or u.schema_name() not in _ADDS or _by_number(u, 1.0) is not tanh.output:
         return False
-    y = _only_user(u.output)
+    y = u.output.sole_user()
     if y is None or y.schema not in _MULS:
         return False
     h_value = y.inputs[1] if y.inputs[0] is u.output else y.inputs[0]
     h = h_value.node
     if h is None or h.schema not in _MULS or _by_number(h, 0.5) is not x \
-            or _only_user(h_value) is not y:
+            or h_value.sole_user() is not y:
         return False
     nodes = (y, u, tanh, s, a, m, p, h)
     if any(n.owning_block is not y.owning_block for n in nodes):

@@ -52,10 +52,6 @@ def fuse_rms_norm(graph: Graph) -> bool:
     return changed
 
 
-def _only_use(value: Value) -> Node | None:
-    uses = value.uses
-    return uses[0].user if len(uses) == 1 else None
-
 
 def _other(node: Node, value: Value) -> Value | None:
     """The other input of a binary ``mul`` whose one input is ``value``."""
@@ -65,7 +61,7 @@ def _other(node: Node, value: Value) -> Value | None:
 
 def _fuse_from(graph: Graph, rsqrt: Node) -> bool:
     add = rsqrt.inputs[0].node
-    if add is None or add.schema_name() not in _ADDS or _only_use(add.output) is not rsqrt:
+    if add is None or add.schema_name() not in _ADDS or add.output.sole_user() is not rsqrt:
         return False
     eps = constant_value(add.inputs[1])
     if isinstance(eps, torch.Tensor):
@@ -73,28 +69,28 @@ def _fuse_from(graph: Graph, rsqrt: Node) -> bool:
     if type(eps) not in (int, float):  # (also _UNKNOWN)
         return False
     mean = add.inputs[0].node
-    if mean is None or mean.schema != _MEAN or _only_use(mean.output) is not add:
+    if mean is None or mean.schema != _MEAN or mean.output.sole_user() is not add:
         return False
     dims, keepdim, dtype = (constant_value(v) for v in mean.inputs[1:4])
     if not isinstance(dims, (list, tuple)) or list(dims) != [-1] or keepdim is not True \
             or dtype is not None:
         return False
     pow_ = mean.inputs[0].node
-    if pow_ is None or pow_.schema != _POW or _only_use(pow_.output) is not mean \
+    if pow_ is None or pow_.schema != _POW or pow_.output.sole_user() is not mean \
             or constant_value(pow_.inputs[1]) not in (2, 2.0):
         return False
     x = pow_.inputs[0]
-    scale = _only_use(rsqrt.output)
+    scale = rsqrt.output.sole_user()
     if scale is None or scale.schema != _MUL or _other(scale, rsqrt.output) is not x:
         return False
-    last, cast = _only_use(scale.output), None
+    last, cast = scale.output.sole_user(), None
     if last is not None and last.schema == _TO:
         cast = last
         dtype_, non_blocking, copy, memory_format = (constant_value(v) for v in last.inputs[1:5])
         if dtype_ is None or _UNKNOWN in (dtype_, non_blocking, copy, memory_format) \
                 or non_blocking or copy or memory_format is not None:
             return False
-        last = _only_use(last.output)
+        last = last.output.sole_user()
     if last is None or last.schema != _MUL:
         return False
     weight_value = _other(last, (cast or scale).output)
