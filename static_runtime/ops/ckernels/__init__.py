@@ -74,6 +74,14 @@ def library() -> ctypes.CDLL | None:
     return _library
 
 
+def _required_library() -> ctypes.CDLL:
+    """The compiled kernels, for a caller that cannot go on without them."""
+    lib = library()
+    if lib is None:
+        raise RuntimeError(f"our own C kernels are unavailable: {why_unavailable()}")
+    return lib
+
+
 def available() -> bool:
     return library() is not None
 
@@ -225,9 +233,7 @@ def depthwise_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: li
     the activation ``act`` (a key of ``ACTIVATIONS``), for float32 CPU inputs of
     the weight's C channels; the result is channels-last (a channels-first input is
     converted first). The weight and bias are copied into the kernel's layout now."""
-    lib = library()
-    if lib is None:
-        raise RuntimeError(f"our own C kernels are unavailable: {why_unavailable()}")
+    lib = _required_library()
     if act not in ACTIVATIONS:
         raise ValueError(f"depthwise_conv2d applies {sorted(ACTIVATIONS)}, not "
                          f"{act!r}")
@@ -275,9 +281,7 @@ class Gemm:
     ``weight_t``, packed once into the kernel's panels; ``act`` a key of ``ACTIVATIONS``."""
 
     def __init__(self, weight_t: torch.Tensor, bias: torch.Tensor | None, act: str = "none"):
-        lib = library()
-        if lib is None:
-            raise RuntimeError(f"our own C kernels are unavailable: {why_unavailable()}")
+        lib = _required_library()
         if act not in ACTIVATIONS:
             raise ValueError(f"Gemm applies {sorted(ACTIVATIONS)}, not {act!r}")
         if weight_t.dim() != 2 or weight_t.dtype is not torch.float32:
@@ -377,9 +381,7 @@ class Conv2d:
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
                  padding: list[int], dilation: list[int], act: str = "none"):
-        lib = library()
-        if lib is None:
-            raise RuntimeError(f"our own C kernels are unavailable: {why_unavailable()}")
+        lib = _required_library()
         if weight.dim() != 4 or weight.dtype is not torch.float32:
             raise ValueError(f"Conv2d takes a float32 (Cout, Cin, KH, KW) weight, got "
                              f"{weight.dtype} {tuple(weight.shape)}")
@@ -435,9 +437,7 @@ class Recurrent:
 
     def __init__(self, mode: str, weights: list[torch.Tensor], has_biases: bool,
                  num_layers: int, bidirectional: bool, batch_first: bool):
-        lib = library()
-        if lib is None:
-            raise RuntimeError(f"our own C kernels are unavailable: {why_unavailable()}")
+        lib = _required_library()
         if mode not in ("lstm", "gru"):
             raise ValueError(f"Recurrent runs 'lstm' or 'gru', not {mode!r}")
         self.mode, self.num_layers, self.batch_first = mode, num_layers, batch_first
@@ -510,9 +510,7 @@ class Recurrent:
 def rms_norm(weight: torch.Tensor, eps: float):
     """A kernel ``x -> weight * (x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))`` for
     contiguous float32 CPU ``x`` whose last dimension is ``weight``'s length (``norms.c``)."""
-    lib = library()
-    if lib is None:
-        raise RuntimeError(f"our own C kernels are unavailable: {why_unavailable()}")
+    lib = _required_library()
     if weight.dim() != 1 or weight.dtype is not torch.float32:
         raise ValueError(f"rms_norm takes a float32 1-D weight, got {weight.dtype} "
                          f"{tuple(weight.shape)}")
