@@ -59,9 +59,18 @@ GRU = ("static_runtime::gru(Tensor input, Tensor hx, Tensor[] params, bool has_b
 RMS_NORM = ("static_runtime::rms_norm(Tensor input, Tensor weight, float eps, "
             "ScalarType? dtype=None) -> Tensor")
 
+#: Lookups in ``len(rows)`` tables laid end to end in ``weight`` (table ``t``: the next
+#: ``rows[t]`` rows), table ``t`` by the indices ``indices.select(1, first + t)``, the results
+#: concatenated along dimension 1 (``passes/embeddings.py``): ``aten::embedding`` each, or
+#: ``nn.functional.embedding_bag`` each (a 2-D input: bags of one size) with ``mode``.
+EMBEDDINGS = ("static_runtime::embeddings(Tensor indices, Tensor weight, int[] rows, "
+              "int first) -> Tensor")
+EMBEDDING_BAGS = ("static_runtime::embedding_bags(Tensor indices, Tensor weight, int[] rows, "
+                  "int first, int mode) -> Tensor")
+
 #: Every schema this module declares.
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
-           LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM)
+           LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM, EMBEDDINGS, EMBEDDING_BAGS)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

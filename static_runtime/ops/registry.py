@@ -179,6 +179,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     from static_runtime.ops import (  # noqa: F401
         conv,
         conv1d,
+        embeddings,
         fallback,
         gemm,
         norms,

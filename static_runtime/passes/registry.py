@@ -10,6 +10,7 @@ from static_runtime.passes.alpha import specialize_alpha
 from static_runtime.passes.constant_propagation import NodeEvaluator, constant_propagation
 from static_runtime.passes.counters import scalarize_loop_counters
 from static_runtime.passes.dead_code import eliminate_dead_code
+from static_runtime.passes.embeddings import batch_embeddings
 from static_runtime.passes.fold import fold_batchnorm
 from static_runtime.passes.functionalize import functionalize
 from static_runtime.passes.fusion import fuse_attention, fuse_convolution, fuse_linear_pointwise
@@ -36,6 +37,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "constant_propagation": functools.partial(constant_propagation, evaluate=evaluate),
         "functionalize": functionalize,
         "specialize_alpha": specialize_alpha,
+        "batch_embeddings": batch_embeddings,
         "variadic_cat_stack": variadic_cat_stack,
         "merge_tuple_unpacks": merge_tuple_unpacks,
         "fuse_transformer_encoder": fuse_transformer_encoder,

@@ -47,6 +47,10 @@ class StaticModuleOptions:
     specialize_alpha: bool = True
     functionalize: bool = True
     inplace_activations: bool = True
+    #: lookups in constant tables by consecutive columns of one index tensor, concatenated
+    #: (a recommender's sparse features: ``nn.Embedding``, or ``nn.EmbeddingBag`` of a 2-D
+    #: input) → one lookup in the tables laid end to end (``passes/embeddings.py``)
+    batch_embeddings: bool = True
     #: batch_norm (inference) after a convolution with constant weights → folded into them
     fold_batchnorm: bool = True
     #: sibling linears on one input (attention's Q/K/V, a gated MLP's gate and up) with

@@ -1,0 +1,155 @@
+"""``static_runtime::embeddings`` and ``static_runtime::embedding_bags`` (``passes/embeddings.py``
+makes them): lookups in several tables laid end to end, one per column of the indices, their
+results concatenated along dimension 1.
+
+The meaning is the lookups one by one (``embeddings_reference``, ``embedding_bags_reference``):
+what the graph computed before the pass, and what the fake-tensor runs of shape programs
+follow. The kernel makes one lookup of it: each column's indices shifted by its table's first
+row, then one ``embedding`` (or one ``embedding_bag`` over ``batch × tables`` bags) in the
+packed tables, whose rows come out in the order the concatenation would put them. The same
+rows are summed in the same order, so the values are the same bits.
+
+The packed tables would take an index past its own table's end for a row of the next table.
+So the kernel first checks every index against its own table's rows (``0 ≤ i < rows[t]``);
+if one is out, or the indices are not of the rank, dtype or device the kernel takes, the
+lookups run one by one and raise (or compute) exactly what they did before the pass.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from static_runtime.ir.graph import Node
+from static_runtime.ir.own_ops import EMBEDDING_BAGS, EMBEDDINGS
+from static_runtime.ops.registry import implement_torch_ops, labelled, register_native
+from static_runtime.ops.selection import constant_value
+
+_MODES = ("sum", "mean", "max")
+_INDEX_DTYPES = (torch.int64, torch.int32)
+
+
+def _tables(weight: torch.Tensor, rows: list[int]) -> list[torch.Tensor]:
+    starts = itertools.accumulate(rows, initial=0)
+    return [weight[s:s + r] for s, r in zip(starts, rows)]
+
+
+def embeddings_reference(indices, weight, rows, first):
+    """What ``static_runtime::embeddings`` means: ``aten::embedding`` in each table by its
+    column of ``indices``, concatenated along dimension 1."""
+    return torch.cat([torch.embedding(w, indices.select(1, first + t))
+                      for t, w in enumerate(_tables(weight, rows))], 1)
+
+
+def embedding_bags_reference(indices, weight, rows, first, mode):
+    """What ``static_runtime::embedding_bags`` means: ``nn.functional.embedding_bag`` (bags
+    of one size: its 2-D form) in each table by its column of ``indices``, concatenated along
+    dimension 1."""
+    return torch.cat([F.embedding_bag(indices.select(1, first + t), w, mode=_MODES[mode])
+                      for t, w in enumerate(_tables(weight, rows))], 1)
+
+
+class _Packed:
+    """What a node's kernel keeps: the tables, and per index dtype their first rows and row
+    counts shaped to broadcast over a ``(batch, tables, ...)`` slice of the indices."""
+
+    def __init__(self, weight: torch.Tensor, rows: list[int], first: int):
+        self.weight, self.rows, self.first, self.n = weight, rows, first, len(rows)
+        self.width = int(weight.shape[1])
+        self.uniform = len(set(rows)) == 1
+        self._shifts: dict[tuple[torch.dtype, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def shifts(self, dtype: torch.dtype, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(first row, rows)`` of each table as ``dtype`` tensors of shape ``(1, n, 1…)``."""
+        key = (dtype, rank)
+        found = self._shifts.get(key)
+        if found is None:
+            shape = (1, self.n) + (1,) * (rank - 2)
+            starts = list(itertools.accumulate(self.rows, initial=0))[:-1]
+            found = self._shifts[key] = (torch.tensor(starts, dtype=dtype).view(shape),
+                                         torch.tensor(self.rows, dtype=dtype).view(shape))
+        return found
+
+    def columns(self, indices: Any) -> torch.Tensor | None:
+        """The indices' columns of these tables, if the kernel takes them and every index is
+        in its own table's range; None otherwise."""
+        if not (type(indices) is torch.Tensor and indices.dtype in _INDEX_DTYPES
+                and indices.is_cpu and indices.dim() >= 2
+                and indices.shape[1] >= self.first + self.n and indices.numel() > 0):
+            return None
+        x = indices
+        if self.first or indices.shape[1] != self.n:
+            x = indices.narrow(1, self.first, self.n)
+        if self.uniform:
+            low, high = torch.aminmax(x)
+            if low < 0 or high >= self.rows[0]:
+                return None
+        else:
+            _, bounds = self.shifts(x.dtype, x.dim())
+            if x.min() < 0 or not torch.lt(x, bounds).all():
+                return None
+        return x
+
+
+@register_native("static_runtime::embeddings")
+def _embeddings(node: Node):
+    if node.schema != EMBEDDINGS:
+        return None
+    weight, rows, first = (constant_value(v) for v in node.inputs[1:4])
+    if not isinstance(weight, torch.Tensor) or not isinstance(rows, list) \
+            or type(first) is not int:
+        return None
+    packed = _Packed(weight, rows, first)
+    lookup = torch.embedding
+
+    @labelled(f"{len(rows)} tables looked up in one embedding call")
+    def fn(indices, w, rows_, first_):
+        x = packed.columns(indices) if w is weight else None
+        if x is None:
+            return embeddings_reference(indices, w, rows_, first_)
+        starts, _ = packed.shifts(x.dtype, x.dim())
+        return lookup(weight, x + starts).flatten(1, 2)
+
+    return fn
+
+
+@register_native("static_runtime::embedding_bags")
+def _embedding_bags(node: Node):
+    if node.schema != EMBEDDING_BAGS:
+        return None
+    weight, rows, first, mode = (constant_value(v) for v in node.inputs[1:5])
+    if not isinstance(weight, torch.Tensor) or not isinstance(rows, list) \
+            or type(first) is not int or mode not in (0, 1, 2):
+        return None
+    packed = _Packed(weight, rows, first)
+    bags = torch.embedding_bag
+    arange = torch.arange
+    # the bag starts of the latest (count, bag size, dtype): a size's calls share them
+    last: list[Any] = [None, None]
+
+    def bag_starts(total: int, size: int, dtype: torch.dtype) -> torch.Tensor:
+        key = (total, size, dtype)
+        if last[0] != key:
+            last[0], last[1] = key, arange(0, total, size, dtype=dtype)
+        return last[1]
+
+    @labelled(f"{len(rows)} tables' bags ({_MODES[mode]}) in one embedding_bag call")
+    def fn(indices, w, rows_, first_, mode_):
+        x = packed.columns(indices) if w is weight and indices.dim() == 3 else None
+        if x is None or x.shape[2] == 0:
+            return embedding_bags_reference(indices, w, rows_, first_, mode_)
+        batch, n, size = x.shape
+        starts, _ = packed.shifts(x.dtype, 3)
+        flat = (x + starts).view(-1)
+        out = bags(weight, flat, bag_starts(flat.numel(), size, x.dtype), False, mode, False,
+                   None, False, None)[0]
+        return out.view(batch, n * packed.width)
+
+    return fn
+
+
+implement_torch_ops(((EMBEDDINGS, embeddings_reference),
+                     (EMBEDDING_BAGS, embedding_bags_reference)))

@@ -1,0 +1,296 @@
+"""``batch_embeddings``: lookups in several constant tables, one per column of one index
+tensor, concatenated — a recommender's sparse features, one table per feature — become one
+lookup in the tables laid end to end (FBGEMM's *table-batched embeddings*).
+
+Matched by schema and constants; a run of list elements, in order, each one of::
+
+    r_t = aten::embedding(W_t, aten::select.int(X, 1, c + t), ...)                 (any padding_idx)
+    r_t = aten::embedding_bag.padding_idx(W_t, I_t, O_t, _, mode, _, None, False, None)[0]
+
+with ``I_t, O_t`` the flat indices and bag starts of ``S_t = select(X, 1, c + t)`` as
+``nn.functional.embedding_bag`` makes them for a 2-D input — ``reshape(S_t, [-1])`` and
+``arange(0, numel(S_t), size(S_t, 1), dtype(S_t), None, device(S_t), None)`` — written out
+(traced, with the dtype and device as constants) or in its ``if input.dim() == 2:`` branch
+(scripted; the other branch raises on every path). The tables ``W_t`` are constants of one floating dtype and width, at most
+``MAX_TABLE_BYTES`` in all (they are copied end to end); the bags share ``mode``. Each
+``r_t`` is used only by the list; the list (a ``prim::ListConstruct`` and the ``aten::append``
+calls after it, in one block) only by ``aten::cat(list, 1)``, after its appends; nothing
+writes ``X``. At least two
+such elements in a row, over one ``X`` with consecutive columns, become one element: a
+``static_runtime::embeddings`` or ``static_runtime::embedding_bags`` node (``ir/own_ops.py``,
+``ops/embeddings.py``), whose value is those elements concatenated along dimension 1.
+
+Its kernel adds each table's first row to its column of ``X`` and looks all of them up in one
+call; an index out of its own table's range (which the end-to-end tables would not catch) or
+an input of another rank runs the lookups one by one, as before, and raises what they raise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from static_runtime.ir import types as T
+from static_runtime.ir.graph import Block, Graph, Node, Value
+from static_runtime.ir.own_ops import EMBEDDING_BAGS, EMBEDDINGS
+from static_runtime.passes.alias import AliasDb
+from static_runtime.passes.constant_propagation import constant_value
+
+#: Tables larger than this in all are left alone: batching copies them end to end.
+MAX_TABLE_BYTES = 256 * 2**20
+
+
+@dataclass
+class _Lookup:
+    """One list element that is a lookup in a constant table by a column of ``x``."""
+
+    value: Value
+    x: Value
+    column: int
+    weight: torch.Tensor
+    #: None for ``embedding``; the ``embedding_bag`` mode (0 sum, 1 mean, 2 max) else
+    mode: int | None
+    #: the nodes computing it, destroyed once it is batched (users before producers)
+    nodes: list[Node]
+
+
+def batch_embeddings(graph: Graph) -> bool:
+    changed = False
+    db = None
+    for node in list(graph.walk()):
+        if node.schema_name() == "aten::cat" and node.owning_block is not None:
+            if db is None:
+                db = AliasDb(graph)  # (what may write the indices: only where a cat is)
+            changed |= _batch_cat(graph, node, db)
+    return changed
+
+
+def _const(value: Value):
+    known, v = constant_value(value)
+    return v if known else _MISSING
+
+
+_MISSING = object()
+
+
+def _list_elements(cat: Node) -> tuple[Node, list[Node], list[Value]] | None:
+    """The list ``cat`` concatenates as its construction, the appends after it and its
+    elements in order, when nothing else uses the list and ``cat`` comes after them."""
+    build = cat.inputs[0].node
+    if build is None or build.kind != "prim::ListConstruct" \
+            or build.owning_block is not cat.owning_block:
+        return None
+    appends, elements = [], list(build.inputs)
+    for use in build.output.uses:
+        user = use.user
+        if user is cat:
+            continue
+        if user.schema_name() != "aten::append.t" or use.index != 0 \
+                or user.owning_block is not cat.owning_block or not user.is_before(cat) \
+                or user.output.uses:
+            return None
+        appends.append(user)
+    if len(build.output.uses) != len(appends) + 1:
+        return None  # (the cat uses it more than once)
+    appends.sort(key=lambda n: n.owning_block.nodes.index(n))
+    elements += [a.inputs[1] for a in appends]
+    return build, appends, elements
+
+
+def _column(s: Value) -> tuple[Value, int] | None:
+    """``(X, c)`` for ``s = aten::select.int(X, 1, c)`` with constant ``c ≥ 0``."""
+    node = s.node
+    if node is None or node.schema_name() != "aten::select.int":
+        return None
+    dim, index = _const(node.inputs[1]), _const(node.inputs[2])
+    if dim != 1 or type(index) is not int or index < 0:
+        return None
+    return node.inputs[0], index
+
+
+def _table(value: Value) -> torch.Tensor | None:
+    w = _const(value)
+    if isinstance(w, torch.Tensor) and w.dim() == 2 and w.is_floating_point() \
+            and w.layout == torch.strided and w.device.type == "cpu" and w.shape[0] > 0:
+        return w
+    return None
+
+
+def _embedding(r: Value) -> _Lookup | None:
+    node = r.node
+    if node is None or node.schema_name() != "aten::embedding" or r.offset != 0:
+        return None
+    weight = _table(node.inputs[0])
+    found = _column(node.inputs[1])
+    if weight is None or found is None or len(node.inputs[1].uses) != 1:
+        return None
+    return _Lookup(r, *found, weight, None, [node, node.inputs[1].node])
+
+
+def _flat_and_starts(s: Value, flat: Value, starts: Value) -> list[Node] | None:
+    """The nodes of ``flat = reshape(s, [-1])`` and ``starts = arange(0, numel(s),
+    size(s, 1), dtype, None, device, pin_memory)`` (users before producers), if that is what
+    they are: the dtype ``prim::dtype(s)`` or an integer one (``embedding_bag`` takes int32
+    and int64 indices and bag starts in any mix), the device ``prim::device(s)`` or the CPU
+    (a trace writes constants)."""
+    reshape, arange = flat.node, starts.node
+    if reshape is None or reshape.schema_name() != "aten::reshape" \
+            or reshape.inputs[0] is not s or _const(reshape.inputs[1]) not in ([-1], (-1,)):
+        return None
+    if arange is None or arange.schema_name() != "aten::arange.start_step" \
+            or len(arange.inputs) != 7 or _const(arange.inputs[0]) != 0 \
+            or _const(arange.inputs[4]) is not None \
+            or _const(arange.inputs[6]) not in (None, False):
+        return None
+    nodes = [reshape, arange]
+    numel, size = arange.inputs[1].node, arange.inputs[2].node
+    if numel is None or numel.schema_name() != "aten::numel" or numel.inputs[0] is not s:
+        return None
+    if size is None or size.schema_name() != "aten::size.int" or size.inputs[0] is not s \
+            or _const(size.inputs[1]) != 1:
+        return None
+    nodes += [numel, size]
+    for value, kind, constants in ((arange.inputs[3], "prim::dtype", (3, 4)),
+                                   (arange.inputs[5], "prim::device", (torch.device("cpu"),))):
+        if value.node is not None and value.node.kind == kind and value.node.inputs[0] is s:
+            nodes.append(value.node)
+        elif _const(value) not in constants:
+            return None
+    return nodes
+
+
+def _always_raises(block: Block) -> bool:
+    for node in block.nodes:
+        if node.kind == "prim::RaiseException":
+            return True
+        if node.kind == "prim::If" and all(_always_raises(b) for b in node.blocks):
+            return True
+    return False
+
+
+def _embedding_bag(r: Value) -> _Lookup | None:
+    node = r.node
+    if node is None or node.schema_name() != "aten::embedding_bag.padding_idx" \
+            or r.offset != 0 or any(o.uses for o in node.outputs[1:]):
+        return None
+    weight = _table(node.inputs[0])
+    mode = _const(node.inputs[4])
+    if weight is None or mode not in (0, 1, 2) or _const(node.inputs[6]) is not None \
+            or _const(node.inputs[7]) is not False or _const(node.inputs[8]) is not None:
+        return None
+    flat, starts = node.inputs[1], node.inputs[2]
+    if len(flat.uses) != 1 or len(starts.uses) != 1:
+        return None
+    branch = flat.node
+    if branch is not None and branch.kind == "prim::If" and starts.node is branch:
+        # scripted: ``if input.dim() == 2: <flat, starts> else: <raises>``
+        if (flat.offset, starts.offset) != (0, 1) or len(branch.outputs) != 2:
+            return None
+        taken, other = branch.blocks
+        test = branch.inputs[0].node
+        if test is None or test.schema_name() != "aten::eq.int" or _const(test.inputs[1]) != 2:
+            return None
+        rank = test.inputs[0].node
+        if rank is None or rank.schema_name() != "aten::dim" or not _always_raises(other):
+            return None
+        s = rank.inputs[0]
+        if _flat_and_starts(s, *taken.outputs) is None:
+            return None
+        nodes = [node, branch]
+    else:
+        s = flat.node.inputs[0] if flat.node is not None and flat.node.inputs else None
+        inner = None if s is None else _flat_and_starts(s, flat, starts)
+        if inner is None or any(len(n.output.uses) != 1 for n in inner[2:]) \
+                or len(s.uses) != len(inner) - 1:  # (the select is read by all but arange)
+            return None
+        nodes = [node, *inner]
+    found = _column(s)
+    if found is None:
+        return None
+    return _Lookup(r, *found, weight, mode, nodes)
+
+
+def _lookup(r: Value, block: Block) -> _Lookup | None:
+    if len(r.uses) != 1 or r.node is None or r.node.owning_block is not block:
+        return None
+    return _embedding(r) or _embedding_bag(r)
+
+
+def _runs(lookups: list[_Lookup | None]) -> list[tuple[int, int]]:
+    """``(start, stop)`` of each run of two or more lookups that batch together."""
+    runs, i = [], 0
+    while i < len(lookups):
+        j = i + 1
+        first = lookups[i]
+        if first is not None:
+            total = first.weight.nbytes
+            while j < len(lookups):
+                nxt, prev = lookups[j], lookups[j - 1]
+                if nxt is None or nxt.x is not first.x or nxt.mode != first.mode \
+                        or nxt.column != prev.column + 1 \
+                        or nxt.weight.dtype != first.weight.dtype \
+                        or nxt.weight.shape[1] != first.weight.shape[1] \
+                        or total + nxt.weight.nbytes > MAX_TABLE_BYTES:
+                    break
+                total += nxt.weight.nbytes
+                j += 1
+            if j - i >= 2:
+                runs.append((i, j))
+        i = j
+    return runs
+
+
+def _batch_cat(graph: Graph, cat: Node, db: AliasDb) -> bool:
+    if _const(cat.inputs[1]) != 1:
+        return False
+    found = _list_elements(cat)
+    if found is None:
+        return False
+    build, appends, elements = found
+    lookups = [_lookup(r, cat.owning_block) for r in elements]
+    # The batched lookup runs where the cat is: nothing may write the indices before that.
+    lookups = [lk if lk is not None and not db.has_writers(lk.x) else None for lk in lookups]
+    runs = _runs(lookups)
+    if not runs:
+        return False
+    merged: list[Value] = []
+    done = 0
+    for start, stop in runs:
+        merged += elements[done:start]
+        merged.append(_batched(graph, lookups[start:stop], cat))
+        done = stop
+    merged += elements[done:]
+    # One list, made where the cat reads it (every element is computed by then).
+    new_list = graph.create("prim::ListConstruct", merged, output_types=[build.output.type])
+    new_list.insert_before(cat)
+    cat.replace_input(0, new_list.output)
+    for node in (*reversed(appends), build):
+        node.destroy()
+    for start, stop in runs:
+        for lookup in lookups[start:stop]:
+            for node in lookup.nodes:
+                node.destroy()
+    return True
+
+
+def _batched(graph: Graph, run: list[_Lookup], cat: Node) -> Value:
+    """The node computing ``run``'s elements concatenated along dimension 1 (placed before
+    ``cat``, where every table's index column is available)."""
+    first = run[0]
+    weights = [lk.weight for lk in run]
+    packed = torch.cat(weights).contiguous()
+    rows = [int(w.shape[0]) for w in weights]
+    before = cat
+    inputs = [first.x, graph.constant(packed, T.Tensor, before=before),
+              graph.constant(rows, T.ListType(T.Int), before=before),
+              graph.constant(first.column, T.Int, before=before)]
+    if first.mode is None:
+        schema, kind = EMBEDDINGS, "static_runtime::embeddings"
+    else:
+        schema, kind = EMBEDDING_BAGS, "static_runtime::embedding_bags"
+        inputs.append(graph.constant(first.mode, T.Int, before=before))
+    node = graph.create(kind, inputs, output_types=[T.Tensor])
+    node.schema, node.source = schema, first.value.node.source
+    node.insert_before(cat)
+    return node.output

@@ -1,0 +1,185 @@
+"""``batch_embeddings`` (``passes/embeddings.py``) and its kernels (``ops/embeddings.py``):
+what is batched and what is left alone, answers equal to TorchScript's (the same bits) on two
+shape sets, and errors where the lookups one by one raise."""
+
+import pytest
+import torch
+from differential import check
+from torch import Tensor, nn
+
+import static_runtime as sr
+
+
+def _kinds(mod: sr.StaticModule) -> list[str]:
+    return [n.kind for n in mod.graph.walk()]
+
+
+class Bags(nn.Module):
+    """DCN-v2's sparse features: one ``EmbeddingBag`` per column of a ``(batch, columns,
+    bag)`` index tensor, appended to a list after a dense feature, concatenated."""
+
+    def __init__(self, rows=(50, 30, 70, 20), dim: int = 6, mode: str = "sum"):
+        super().__init__()
+        self.bags = nn.ModuleList([nn.EmbeddingBag(r, dim, mode=mode) for r in rows])
+
+    def forward(self, dense: Tensor, sparse: Tensor) -> Tensor:
+        pooled = [dense]
+        for i, bag in enumerate(self.bags):
+            pooled.append(bag(sparse[:, i]))
+        return torch.cat(pooled, dim=1) * 2
+
+
+class Lookups(nn.Module):
+    """One ``nn.Embedding`` per column of the indices from the second on, between two dense
+    features, in one list made at once."""
+
+    def __init__(self, dim: int = 5):
+        super().__init__()
+        self.t0, self.t1, self.t2 = (nn.Embedding(40, dim) for _ in range(3))
+
+    def forward(self, dense: Tensor, ids: Tensor) -> Tensor:
+        return torch.cat([dense, self.t0(ids[:, 1]), self.t1(ids[:, 2]), self.t2(ids[:, 3]),
+                          dense], dim=1)
+
+
+def _bag_inputs(batch: int, rows=(50, 30, 70, 20), bag: int = 3, dtype=torch.int64):
+    g = torch.Generator().manual_seed(batch)
+    cols = [torch.randint(0, r, (batch, 1, bag), generator=g) for r in rows]
+    return [torch.randn(batch, 4, generator=g), torch.cat(cols, 1).to(dtype)]
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_bags_of_tables_of_every_size_become_one_lookup(mode):
+    torch.manual_seed(0)
+    mods = check(Bags(mode=mode).eval(), _bag_inputs(5), _bag_inputs(17, bag=2), atol=0, rtol=0)
+    kinds = _kinds(mods["default"])
+    assert kinds.count("static_runtime::embedding_bags") == 1
+    assert "aten::embedding_bag" not in kinds and "prim::If" not in kinds
+    assert "static_runtime::embedding_bags" not in _kinds(mods["plain"])  # (passes off)
+
+
+def test_int32_indices():
+    torch.manual_seed(0)
+    mods = check(Bags().eval(), _bag_inputs(3, dtype=torch.int32),
+                 _bag_inputs(8, dtype=torch.int32), atol=0, rtol=0)
+    assert "static_runtime::embedding_bags" in _kinds(mods["default"])
+
+
+def test_traced_bags_are_batched_too():
+    torch.manual_seed(0)
+    model = Bags().eval()
+    traced = torch.jit.trace(model, tuple(_bag_inputs(4)))
+    mod = sr.StaticModule(traced)
+    assert "static_runtime::embedding_bags" in _kinds(mod)
+    for batch in (4, 9):
+        x = _bag_inputs(batch)
+        with torch.no_grad():
+            assert torch.equal(mod(*x), model(*x))
+
+
+@pytest.mark.parametrize("rank", [2, 3])
+def test_embeddings_by_columns_after_the_first(rank):
+    torch.manual_seed(0)
+
+    def inputs(batch):
+        g = torch.Generator().manual_seed(batch)
+        shape = (batch, 5) if rank == 2 else (batch, 5, 2)
+        dense = torch.randn(batch, 5 if rank == 2 else 2, 5, generator=g)
+        if rank == 2:
+            dense = dense[:, 0]
+        return [dense, torch.randint(0, 40, shape, generator=g)]
+
+    mods = check(Lookups().eval(), inputs(3), inputs(11), atol=0, rtol=0)
+    assert _kinds(mods["default"]).count("static_runtime::embeddings") == 1
+    assert "aten::embedding" not in _kinds(mods["default"])
+
+
+def test_an_index_outside_its_own_table_raises_as_before():
+    """The tables laid end to end would read the next table's row: the kernel checks each
+    index against its own table and lets the lookups raise."""
+    torch.manual_seed(0)
+    model = Bags().eval()
+    mod = sr.StaticModule(torch.jit.script(model))
+    dense, sparse = _bag_inputs(4)
+    assert torch.equal(mod(dense, sparse), model(dense, sparse))
+    for bad in (30, -1):  # table 1 has 30 rows; 30 is a row of table 2 end to end
+        wrong = sparse.clone()
+        wrong[2, 1, 0] = bad
+        with pytest.raises((IndexError, RuntimeError)) as ours:
+            mod(dense, wrong)
+        with pytest.raises(type(ours.value)):
+            model(dense, wrong)
+
+
+def test_an_input_of_another_rank_raises_what_embedding_bag_raises():
+    torch.manual_seed(0)
+    model = Bags().eval()
+    mod = sr.StaticModule(torch.jit.script(model))
+    dense, sparse = _bag_inputs(4)
+    mod(dense, sparse)
+    with pytest.raises(ValueError, match="offsets has to be a 1D Tensor but got None"):
+        mod(dense, sparse[:, :, 0])
+
+
+class NearMisses(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Embedding(20, 4)
+        self.b = nn.Embedding(20, 4)
+        self.c = nn.Embedding(20, 3)
+        self.d = nn.EmbeddingBag(20, 4, padding_idx=0)
+        self.e = nn.EmbeddingBag(20, 4)
+
+    def forward(self, ids: Tensor, bags: Tensor):
+        gap = torch.cat([self.a(ids[:, 0]), self.b(ids[:, 2])], 1)           # columns 0, 2
+        widths = torch.cat([self.a(ids[:, 0]), self.c(ids[:, 1])], 1)        # widths 4, 3
+        padded = torch.cat([self.d(bags[:, 0]), self.e(bags[:, 1])], 1)     # a padding_idx
+        kept = self.a(ids[:, 1])
+        used = torch.cat([kept, self.b(ids[:, 2])], 1)                       # kept is returned
+        return gap, widths, padded, used, kept
+
+
+def test_near_misses_are_left_alone():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(1)
+    first = [torch.randint(0, 20, (3, 3), generator=g), torch.randint(0, 20, (3, 2, 4), generator=g)]
+    second = [torch.randint(0, 20, (6, 3), generator=g), torch.randint(0, 20, (6, 2, 2), generator=g)]
+    mods = check(NearMisses().eval(), first, second, atol=0, rtol=0)
+    kinds = _kinds(mods["default"])
+    assert "static_runtime::embeddings" not in kinds
+    assert "static_runtime::embedding_bags" not in kinds
+
+
+class Written(nn.Module):
+    """The indices are written between two lookups: batching them at the cat would read the
+    written indices for both."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Embedding(20, 4)
+        self.b = nn.Embedding(20, 4)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        ids = ids.clone()
+        x = [self.a(ids[:, 0])]
+        ids.add_(1)
+        x.append(self.b(ids[:, 1]))
+        return torch.cat(x, 1)
+
+
+def test_indices_written_in_between_are_not_batched():
+    g = torch.Generator().manual_seed(1)
+    mods = check(Written().eval(), [torch.randint(0, 19, (3, 2), generator=g)],
+                 [torch.randint(0, 19, (5, 2), generator=g)], atol=0, rtol=0)
+    assert "static_runtime::embeddings" not in _kinds(mods["default"])
+
+
+def test_many_sizes_through_one_module_equal_eager():
+    """Traffic of every size: batch sizes 1…40 in turn, each equal to eager."""
+    torch.manual_seed(0)
+    model = Bags().eval()
+    mod = sr.StaticModule(torch.jit.script(model))
+    for batch in [1, 2, 40, 3, 17, 1, 9, 40, 5]:
+        x = _bag_inputs(batch)
+        with torch.no_grad():
+            assert torch.equal(mod(*x), model(*x))
