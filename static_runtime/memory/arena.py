@@ -222,6 +222,18 @@ def refit(base: ArenaLayout, index: Mapping[int, int], dtypes: Sequence[torch.dt
                        program)
 
 
+def fits(base: ArenaLayout, index: Mapping[int, int], dtypes: Sequence[torch.dtype],
+         sizes: Sequence[tuple[tuple[int, ...], tuple[int, ...] | None]]) -> bool:
+    """Whether every value ``base`` places in the arena fits the region it reserved for it
+    at the sizes ``refit`` takes (and would keep ``base``'s plan)."""
+    prod = math.prod
+    for spec in base.specs:
+        i = index.get(spec.slot)
+        if i is None or prod(sizes[i][0]) * dtypes[i].itemsize > spec.region:
+            return False
+    return True
+
+
 def allocate_arena(nbytes: int) -> torch.Tensor:
     """The arena buffer, with room to align its start to the planning alignment."""
     return torch.empty(nbytes + DEFAULT_ALIGNMENT, dtype=torch.uint8)

@@ -51,6 +51,9 @@ class LayoutCache:
             while len(self._items) > self.maxsize:
                 self._items.popitem(last=False)
 
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._items  # (a dict lookup: atomic; neither a hit nor a miss)
+
     def discard(self, key: Hashable) -> None:
         with self._lock:
             self._items.pop(key, None)
@@ -62,6 +65,34 @@ class LayoutCache:
     def most_recent(self) -> Any | None:
         with self._lock:
             return next(reversed(self._items.values()), None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class Sightings:
+    """Signatures seen once and not laid out (thread-safe, the ``maxsize`` most recent).
+
+    A size a request brings once costs the arena nothing: its first call runs code that
+    allocates (``CodegenExecutor._run_once``), and only a size that comes back gets a
+    layout. ``first(key)`` is True on a signature's first sighting (or first since it fell
+    out of the record); False on its second, which forgets it: the caller lays it out."""
+
+    def __init__(self, maxsize: int):
+        self.maxsize = maxsize
+        self._items: OrderedDict[Hashable, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def first(self, key: Hashable) -> bool:
+        with self._lock:
+            items = self._items
+            if key in items:
+                del items[key]
+                return False
+            items[key] = None
+            if len(items) > self.maxsize:
+                items.popitem(last=False)
+            return True
 
     def __len__(self) -> int:
         return len(self._items)

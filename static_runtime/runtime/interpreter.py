@@ -26,7 +26,7 @@ from static_runtime.memory.arena import (
     observe,
     owning_view,
 )
-from static_runtime.memory.cache import LayoutCache, signature, structure
+from static_runtime.memory.cache import LayoutCache, Sightings, signature, structure
 from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.planner import DEFAULT_ALIGNMENT
 from static_runtime.runtime.checks import OutVariantChecks
@@ -71,6 +71,9 @@ class MemoryConfig:
     #: takes a second or so): laid out again by their structure's program on a later call,
     #: so that they run the code made for the program's layouts (``_relay``)
     unprogrammed: set = field(default_factory=set)
+    #: signatures a shape program covered on their one call so far, served by code that
+    #: allocates (no layout): laid out when they come back (``CodegenExecutor._run_once``)
+    sightings: Sightings = field(default_factory=lambda: Sightings(4096))
 
 
 class Interpreter:
@@ -101,6 +104,9 @@ class Interpreter:
         self._managed = plan.managed_slots + plan.output_slots
         #: the program that laid out the current layout, until its first call confirmed it
         self._confirm: ShapeProgram | None = None
+        #: the signature whose first call a program's code ran already (counted then as one
+        #: of the sizes it served: ``ShapePrograms.served``), now being laid out
+        self.counted: tuple | None = None
         #: id of a layout → (layout, its tensors over this runtime's arena), the most recent
         #: ``_MAX_LAYOUT_TENSORS`` (cleared when the arena is made anew)
         self._layout_tensors: dict[int, tuple[ArenaLayout, dict[int, torch.Tensor]]] = {}
@@ -237,8 +243,8 @@ class Interpreter:
                 self.install(layout)
                 self._verifying = False
                 self._confirm = program
-                served = memory.programs.served
-                served[id(program)] = served.get(id(program), 0) + 1
+                if key != self.counted:
+                    memory.programs.note_served(program)
                 return True
         return False
 

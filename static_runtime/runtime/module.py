@@ -161,11 +161,13 @@ class StaticModule:
         save(self, path)
 
     def _program_ready(self, shape_free: tuple, program: Any) -> None:
-        """A shape program is ready (on the builder's thread): generate the code its layouts
-        will run (and the plain generic code, for the sizes recorded before it), for the
-        values its structure's largest layout places."""
+        """A shape program is ready (on the builder's thread): generate the code its sizes'
+        first calls run, and the code its layouts will run (and the plain generic code, for
+        the sizes recorded before it), for the values its structure's largest layout
+        places."""
         if self.options.executor != "codegen" or self._codes.hot is None:
             return  # (without hot signatures, each signature runs code of its own)
+        self._codes.allocating(program)
         base = self._memory.largest.get(shape_free)
         checks = self.out_variant_checks
         refused = checks.refused_slots if checks is not None else frozenset()

@@ -128,7 +128,8 @@ class ShapePrograms:
     _next: dict = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _builder: Any = None
-    #: id of a program → how many sizes it laid out (a statistic: not locked)
+    #: id of a program → how many sizes it served without a recording call, laid out or
+    #: run once by its allocating code (a statistic: not locked)
     served: dict[int, int] = field(default_factory=dict)
     #: called on the builder's thread with (structure, program) once a program is ready:
     #: the module generates the code its layouts will run there, not on the request path
@@ -144,6 +145,9 @@ class ShapePrograms:
         import torch._subclasses.fake_tensor
         import torch.fx.experimental.symbolic_shapes
         import torch.utils._sympy.printers  # noqa: F401
+
+    def note_served(self, program: ShapeProgram) -> None:
+        self.served[id(program)] = self.served.get(id(program), 0) + 1
 
     def get(self, structure: tuple) -> list[ShapeProgram]:
         return self._items.get(structure, ())
@@ -241,7 +245,7 @@ class ShapePrograms:
             for p in programs:
                 symbols = ", ".join(f"{s} = {where}" for s, where in p.symbols.items())
                 lines.append(f"shape program for {_structure_text(structure)}: sizes in "
-                             f"{symbols or 'no symbol (one size)'}; laid out "
+                             f"{symbols or 'no symbol (one size)'}; served "
                              f"{self.served.get(id(p), 0)} sizes without a recording call")
                 if p.guards:
                     lines.append(f"  guards: {p.guards}")

@@ -4,6 +4,7 @@ slots and shape program that serves a signature until it is hot enough for its o
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -133,6 +134,28 @@ class CodeCache:
         if not (record or ahead):
             self.latest = code
         return code
+
+    def allocating(self, program: Any) -> GeneratedCode:
+        """The code of every signature ``program`` covers, with nothing in the arena and
+        nothing kept per binding (no memos, no views kept): one function serves all its
+        sizes, each call computing what the program's code would keep. A signature's first
+        call runs it, before (or instead of) a layout of its own."""
+        key = (frozenset(), False, id(program), "allocating")
+        with self._lock:
+            code = self._generic.get(key)
+        if code is None:
+            spec = dataclasses.replace(program.spec, memo=set(), memo_views=set())
+            made = function.generate(self.plan, frozenset(), self.title, spec=spec,
+                                     structural=True)
+            with self._lock:
+                self.generated += 1
+                self._programs[id(program)] = program  # (its id stays its own)
+                code = self._generic.setdefault(key, made)
+        return code
+
+    def made_allocating(self, program: Any) -> GeneratedCode | None:
+        """``allocating(program)`` if it was made already, else None (never generates)."""
+        return self._generic.get((frozenset(), False, id(program), "allocating"))
 
     def pending(self, arena_slots: frozenset[int], layout_id: int,
                 guard: tuple[bool | tuple[str, int], ...], key: tuple,

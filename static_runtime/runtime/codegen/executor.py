@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+from static_runtime.memory.arena import fits
 from static_runtime.memory.cache import signature, structure
 from static_runtime.runtime.codegen import function
 from static_runtime.runtime.codegen.cache import CodeCache, Pending
@@ -18,6 +19,7 @@ from static_runtime.runtime.interpreter import (
     MemoryConfig,
     _is_refused_resize,
     annotate,
+    copy_containers,
 )
 from static_runtime.runtime.plan import ExecutionPlan
 
@@ -68,6 +70,13 @@ class CodegenExecutor(Interpreter):
         self._entered: _Ready | None = None
         #: the entered signature whose tensors the value array does not hold yet
         self._unsynced: _Ready | None = None
+        #: a signature's first call may run its shape program's allocating code
+        #: (``_run_once``): memory planned, shape programs on, signatures' own code made
+        #: only once they are hot
+        self._programmed = bool(memory is not None and self._managed
+                                and memory.programs is not None and codes.hot is not None)
+        #: id of a shape program → its allocating code, bound (``_run_once``)
+        self._once: dict[int, Callable[..., list[Any]]] = {}
 
     def prepare(self, inputs: list[Any]) -> None:
         self._sync()
@@ -133,6 +142,10 @@ class CodegenExecutor(Interpreter):
                     del self._ready[key]  # its own code is ready: bound below
                 self._fast = None
         self._entered = None
+        if self._programmed:
+            outputs = self._run_once(inputs)
+            if outputs is not None:
+                return outputs
         self.prepare(inputs)
         if self._recording and self._recorded_before():
             return self._run_recording(inputs)
@@ -150,6 +163,56 @@ class CodegenExecutor(Interpreter):
             raise
         outputs = self.finish(outputs, inputs)
         self._keep_ready()
+        return outputs
+
+    def _run_once(self, inputs: list[Any]) -> list[Any] | None:
+        """A signature's first call, if a shape program of its structure covers it: that
+        program's allocating code runs it (``CodeCache.allocating``, made when the program
+        was), and the arena, the current layout and its bindings are left as they are. Its
+        second call lays it out (``memory.cache.Sightings``). None when this is not such a
+        call: the caller prepares it as any other.
+
+        A size that comes once (most do, in traffic of every size) costs a call that
+        allocates, about what TorchScript pays on every call, instead of a layout, its
+        tensors and a binding made for one call."""
+        memory = self.memory
+        key = signature(inputs)
+        if key == self._key or key in memory.layouts:
+            return None
+        shape_free = structure(key)
+        programs = memory.programs.get(shape_free)
+        base = memory.largest.get(shape_free)
+        if not programs or base is None:
+            return None
+        for program in programs:
+            computed = program.evaluate(inputs)
+            if computed is not None:
+                break
+        else:
+            return None
+        if not fits(base, program.index, program.dtypes, computed):
+            # Larger than every size laid out: the arena grows now, not on its next call.
+            # (Growing makes every runtime's tensors anew: the sooner, the fewer.)
+            return None
+        fn = self._once.get(id(program))
+        if fn is None:
+            code = self.codes.made_allocating(program)
+            if code is None:
+                return None  # (the builder is still making it: not made on the request path)
+            fn = self._once[id(program)] = code.factory(self._refused, key)
+        if not memory.sightings.first(key):
+            self.counted = key  # (served once already: laid out now)
+            return None
+        memory.programs.note_served(program)
+        try:
+            outputs = fn(*inputs)
+        except BaseException as e:
+            code = self.codes.made_allocating(program)
+            for pn in code.nodes_at(_line_in(e, code.filename)):
+                annotate(e, pn)
+            raise
+        for i in self.plan.copied_outputs:
+            outputs[i] = copy_containers(outputs[i])
         return outputs
 
     def _keep_ready(self) -> None:
@@ -338,10 +401,16 @@ class CodegenExecutor(Interpreter):
         code = self._code
         if code is None:
             return
-        tb, lineno = e.__traceback__, None
-        while tb is not None:
-            if tb.tb_frame.f_code.co_filename == code.filename:
-                lineno = tb.tb_lineno
-            tb = tb.tb_next
-        for pn in code.nodes_at(lineno) if lineno is not None else ():
+        for pn in code.nodes_at(_line_in(e, code.filename)):
             annotate(e, pn)
+
+
+def _line_in(e: BaseException, filename: str) -> int | None:
+    """The line of ``filename`` (generated code) the exception ``e`` was raised at, the
+    innermost if several; None if it did not pass through that code."""
+    tb, lineno = e.__traceback__, None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            lineno = tb.tb_lineno
+        tb = tb.tb_next
+    return lineno

@@ -36,7 +36,7 @@ class GeneratedCode:
     #: slots the factory takes as arena tensors, in argument order
     arena_slots: tuple[int, ...] = ()
 
-    def nodes_at(self, lineno: int) -> tuple[ProcessedNode, ...]:
+    def nodes_at(self, lineno: int | None) -> tuple[ProcessedNode, ...]:
         return self.line_to_node.get(lineno, ())
 
 
