@@ -67,10 +67,16 @@ EMBEDDINGS = ("static_runtime::embeddings(Tensor indices, Tensor weight, int[] r
               "int first) -> Tensor")
 EMBEDDING_BAGS = ("static_runtime::embedding_bags(Tensor indices, Tensor weight, int[] rows, "
                   "int first, int mode) -> Tensor")
+#: ``nn.functional.embedding_bag`` with ``mode`` in each table by the flat indices
+#: ``indices.select(0, first + t)`` and bag starts ``offsets.select(0, first + t)`` (DLRM's),
+#: the results stacked along dimension 1: ``(batch, tables, width)``.
+EMBEDDING_BAG_ROWS = ("static_runtime::embedding_bag_rows(Tensor indices, Tensor offsets, "
+                      "Tensor weight, int[] rows, int first, int mode) -> Tensor")
 
 #: Every schema this module declares.
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
-           LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM, EMBEDDINGS, EMBEDDING_BAGS)
+           LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM, EMBEDDINGS, EMBEDDING_BAGS,
+           EMBEDDING_BAG_ROWS)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

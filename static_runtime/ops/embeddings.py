@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from static_runtime.ir.graph import Node
-from static_runtime.ir.own_ops import EMBEDDING_BAGS, EMBEDDINGS
+from static_runtime.ir.own_ops import EMBEDDING_BAG_ROWS, EMBEDDING_BAGS, EMBEDDINGS
 from static_runtime.ops.registry import implement_torch_ops, labelled, register_native
 from static_runtime.ops.selection import constant_value
 
@@ -50,6 +50,15 @@ def embedding_bags_reference(indices, weight, rows, first, mode):
     dimension 1."""
     return torch.cat([F.embedding_bag(indices.select(1, first + t), w, mode=_MODES[mode])
                       for t, w in enumerate(_tables(weight, rows))], 1)
+
+
+def embedding_bag_rows_reference(indices, offsets, weight, rows, first, mode):
+    """What ``static_runtime::embedding_bag_rows`` means: ``nn.functional.embedding_bag`` in
+    each table by its row of flat ``indices`` and of bag starts ``offsets`` (DLRM's form),
+    stacked along dimension 1."""
+    return torch.stack([F.embedding_bag(indices.select(0, first + t), w,
+                                        offsets.select(0, first + t), mode=_MODES[mode])
+                        for t, w in enumerate(_tables(weight, rows))], 1)
 
 
 class _Packed:
@@ -151,5 +160,83 @@ def _embedding_bags(node: Node):
     return fn
 
 
+@register_native("static_runtime::embedding_bag_rows")
+def _embedding_bag_rows(node: Node):
+    if node.schema != EMBEDDING_BAG_ROWS:
+        return None
+    weight, rows, first, mode = (constant_value(v) for v in node.inputs[2:6])
+    if not isinstance(weight, torch.Tensor) or not isinstance(rows, list) \
+            or type(first) is not int or mode not in (0, 1, 2):
+        return None
+    n = len(rows)
+    # per index dtype: each table's first row and row count, as (n, 1) columns, and each
+    # table's place in the flat indices (t · length) as a (n, 1) column per length
+    firsts: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
+    starts = list(itertools.accumulate(rows, initial=0))[:-1]
+    bags, bitwise_or, sub, diff = torch.embedding_bag, torch.bitwise_or, torch.sub, torch.diff
+    # per dtype: each row's place t in the tables, as an (n, 1) column (× the row length:
+    # where its flat indices start end to end); and the latest row length as that column
+    places: dict[torch.dtype, torch.Tensor] = {}
+    latest: list[Any] = [None, None]
+
+    def steps(dtype):
+        found = places.get(dtype)
+        if found is None:
+            found = places[dtype] = torch.arange(n, dtype=dtype).view(n, 1)
+        return found
+
+    def ends(length, dtype):
+        if latest[0] != (length, dtype):
+            latest[0], latest[1] = (length, dtype), torch.full((n, 1), length, dtype=dtype)
+        return latest[1]
+
+    def shifts(dtype):
+        """Each table's first row and last row index, as ``(n, 1)`` columns of ``dtype``."""
+        found = firsts.get(dtype)
+        if found is None:
+            found = firsts[dtype] = (torch.tensor(starts, dtype=dtype).view(n, 1),
+                                     torch.tensor(rows, dtype=dtype).view(n, 1) - 1)
+        return found
+
+    def fast(indices, offsets):
+        """The stacked lookups in one call, or None where the kernel does not take them:
+        every index in its own table, every row's bag starts from 0, not decreasing, within
+        its row (end to end, a bag running past its row would take the next row's first
+        indices)."""
+        if not (type(indices) is torch.Tensor and type(offsets) is torch.Tensor
+                and indices.dtype in _INDEX_DTYPES and offsets.dtype in _INDEX_DTYPES
+                and indices.is_cpu and offsets.is_cpu and indices.dim() == 2
+                and offsets.dim() == 2 and indices.shape[0] >= first + n
+                and offsets.shape[0] >= first + n and offsets.shape[1] > 0
+                and indices.shape[1] > 0):
+            return None
+        x = indices.narrow(0, first, n) if indices.shape[0] != n or first else indices
+        o = offsets.narrow(0, first, n) if offsets.shape[0] != n or first else offsets
+        start, last = shifts(x.dtype)
+        length = x.shape[1]
+        # 0 ≤ i ≤ last row, both at once: the sign bit of i | (last - i) is set iff one is
+        # negative
+        if bitwise_or(x, sub(last, x)).min() < 0:
+            return None
+        # every row of bag starts from 0, not decreasing, none past the row's length
+        if o[:, 0].any() or diff(o, dim=1, append=ends(length, o.dtype)).min() < 0:
+            return None
+        flat = (x + start).view(-1)
+        begins = torch.add(o, steps(o.dtype), alpha=length).view(-1)
+        out = bags(weight, flat, begins, False, mode, False, None, False, None)[0]
+        return out.view(n, o.shape[1], -1).transpose(0, 1)
+
+    @labelled(f"{n} tables' bags ({_MODES[mode]}) by rows of flat indices in one "
+              "embedding_bag call")
+    def fn(indices, offsets, w, rows_, first_, mode_):
+        out = fast(indices, offsets) if w is weight else None
+        if out is None:
+            return embedding_bag_rows_reference(indices, offsets, w, rows_, first_, mode_)
+        return out
+
+    return fn
+
+
 implement_torch_ops(((EMBEDDINGS, embeddings_reference),
-                     (EMBEDDING_BAGS, embedding_bags_reference)))
+                     (EMBEDDING_BAGS, embedding_bags_reference),
+                     (EMBEDDING_BAG_ROWS, embedding_bag_rows_reference)))

@@ -1,5 +1,5 @@
-"""``batch_embeddings``: lookups in several constant tables, one per column of one index
-tensor, concatenated — a recommender's sparse features, one table per feature — become one
+"""``batch_embeddings``: lookups in several constant tables, one per column (or row) of one
+index tensor, joined — a recommender's sparse features, one table per feature — become one
 lookup in the tables laid end to end (FBGEMM's *table-batched embeddings*).
 
 Matched by schema and constants; a run of list elements, in order, each one of::
@@ -7,22 +7,32 @@ Matched by schema and constants; a run of list elements, in order, each one of::
     r_t = aten::embedding(W_t, aten::select.int(X, 1, c + t), ...)                 (any padding_idx)
     r_t = aten::embedding_bag.padding_idx(W_t, I_t, O_t, _, mode, _, None, False, None)[0]
 
-with ``I_t, O_t`` the flat indices and bag starts of ``S_t = select(X, 1, c + t)`` as
-``nn.functional.embedding_bag`` makes them for a 2-D input — ``reshape(S_t, [-1])`` and
-``arange(0, numel(S_t), size(S_t, 1), dtype(S_t), None, device(S_t), None)`` — written out
-(traced, with the dtype and device as constants) or in its ``if input.dim() == 2:`` branch
-(scripted; the other branch raises on every path). The tables ``W_t`` are constants of one floating dtype and width, at most
-``MAX_TABLE_BYTES`` in all (they are copied end to end); the bags share ``mode``. Each
-``r_t`` is used only by the list; the list (a ``prim::ListConstruct`` and the ``aten::append``
-calls after it, in one block) only by ``aten::cat(list, 1)``, after its appends; nothing
-writes ``X``. At least two
-such elements in a row, over one ``X`` with consecutive columns, become one element: a
-``static_runtime::embeddings`` or ``static_runtime::embedding_bags`` node (``ir/own_ops.py``,
-``ops/embeddings.py``), whose value is those elements concatenated along dimension 1.
+with ``I_t, O_t`` either
 
-Its kernel adds each table's first row to its column of ``X`` and looks all of them up in one
-call; an index out of its own table's range (which the end-to-end tables would not catch) or
-an input of another rank runs the lookups one by one, as before, and raises what they raise.
+* the flat indices and bag starts of ``S_t = select(X, 1, c + t)`` as
+  ``nn.functional.embedding_bag`` makes them for a 2-D input — ``reshape(S_t, [-1])`` and
+  ``arange(0, numel(S_t), size(S_t, 1), dtype(S_t), None, device(S_t), None)`` — written out
+  (traced, with the dtype and device as constants) or in its ``if input.dim() == 2:`` branch
+  (scripted; the other branch raises on every path); or
+* rows ``select(X, 0, c + t)`` and ``select(O, 0, c + t)`` of flat indices and bag starts
+  (DLRM's form), as a trace passes them or through that function's 1-D branch (whose other
+  paths raise and whose only work is checking ranks).
+
+The tables ``W_t`` are constants of one floating dtype and width, at most
+``MAX_TABLE_BYTES`` in all (they are copied end to end); the bags share ``mode``. Each ``r_t``
+is used only by the list; the list (a ``prim::ListConstruct`` and the ``aten::append`` calls
+after it, in one block) only by ``aten::cat(list, 1)`` for columns, ``aten::stack(list, 1)``
+for rows, after its appends; nothing writes ``X`` (or ``O``). At least two such elements in a
+row, over one ``X`` with consecutive columns (rows), become one element: a
+``static_runtime::embeddings``, ``embedding_bags`` or ``embedding_bag_rows`` node
+(``ir/own_ops.py``, ``ops/embeddings.py``) whose value is those elements joined along
+dimension 1; a stack becomes a cat of the other elements unsqueezed at 1 and the rows
+(``(batch, tables, width)``), which is what a stack is.
+
+Its kernel shifts each table's indices by the table's first row and looks all of them up in
+one call. What the tables end to end would hide — an index out of its own table's range, a
+row of bag starts that does not start at 0, decreases or runs past its row — or an input of
+another rank runs the lookups one by one, as before, and raises (or computes) what they did.
 """
 
 from __future__ import annotations
@@ -33,12 +43,17 @@ import torch
 
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Block, Graph, Node, Value
-from static_runtime.ir.own_ops import EMBEDDING_BAGS, EMBEDDINGS
+from static_runtime.ir.own_ops import EMBEDDING_BAG_ROWS, EMBEDDING_BAGS, EMBEDDINGS
 from static_runtime.passes.alias import AliasDb
 from static_runtime.passes.constant_propagation import constant_value
 
 #: Tables larger than this in all are left alone: batching copies them end to end.
 MAX_TABLE_BYTES = 256 * 2**20
+
+_SCHEMAS = {"embeddings": EMBEDDINGS, "embedding_bags": EMBEDDING_BAGS,
+            "embedding_bag_rows": EMBEDDING_BAG_ROWS}
+_CAT = str(torch.ops.aten.cat.default._schema)
+_UNSQUEEZE = str(torch.ops.aten.unsqueeze.default._schema)
 
 
 @dataclass
@@ -53,16 +68,25 @@ class _Lookup:
     mode: int | None
     #: the nodes computing it, destroyed once it is batched (users before producers)
     nodes: list[Node]
+    #: the bag starts' tensor (row ``column`` of it) of a lookup by a row of flat indices
+    offsets: Value | None = None
+
+    @property
+    def kind(self) -> str:
+        """``embeddings``, ``embedding_bags`` (by columns) or ``embedding_bag_rows``."""
+        if self.offsets is not None:
+            return "embedding_bag_rows"
+        return "embeddings" if self.mode is None else "embedding_bags"
 
 
 def batch_embeddings(graph: Graph) -> bool:
     changed = False
     db = None
     for node in list(graph.walk()):
-        if node.schema_name() == "aten::cat" and node.owning_block is not None:
+        if node.schema_name() in ("aten::cat", "aten::stack") and node.owning_block is not None:
             if db is None:
-                db = AliasDb(graph)  # (what may write the indices: only where a cat is)
-            changed |= _batch_cat(graph, node, db)
+                db = AliasDb(graph)  # (what may write the indices: only where a list is read)
+            changed |= _batch_list(graph, node, db)
     return changed
 
 
@@ -98,13 +122,13 @@ def _list_elements(cat: Node) -> tuple[Node, list[Node], list[Value]] | None:
     return build, appends, elements
 
 
-def _column(s: Value) -> tuple[Value, int] | None:
-    """``(X, c)`` for ``s = aten::select.int(X, 1, c)`` with constant ``c ≥ 0``."""
+def _column(s: Value, along: int = 1) -> tuple[Value, int] | None:
+    """``(X, c)`` for ``s = aten::select.int(X, along, c)`` with constant ``c ≥ 0``."""
     node = s.node
     if node is None or node.schema_name() != "aten::select.int":
         return None
     dim, index = _const(node.inputs[1]), _const(node.inputs[2])
-    if dim != 1 or type(index) is not int or index < 0:
+    if dim != along or type(index) is not int or index < 0:
         return None
     return node.inputs[0], index
 
@@ -182,6 +206,12 @@ def _embedding_bag(r: Value) -> _Lookup | None:
     flat, starts = node.inputs[1], node.inputs[2]
     if len(flat.uses) != 1 or len(starts.uses) != 1:
         return None
+    rows = _flat_rows(flat, starts)
+    if rows is not None:
+        (x, column), (offsets, same), prologue = rows
+        if same != column:
+            return None
+        return _Lookup(r, x, column, weight, mode, [node, *prologue], offsets)
     branch = flat.node
     if branch is not None and branch.kind == "prim::If" and starts.node is branch:
         # scripted: ``if input.dim() == 2: <flat, starts> else: <raises>``
@@ -211,6 +241,56 @@ def _embedding_bag(r: Value) -> _Lookup | None:
     return _Lookup(r, *found, weight, mode, nodes)
 
 
+def _checks_only(block: Block) -> bool:
+    """Whether ``block`` computes nothing but rank checks that raise."""
+    for node in block.nodes:
+        if node.kind == "prim::If":
+            if node.outputs or not all(_always_raises(b) or not b.nodes for b in node.blocks):
+                return False
+        elif node.schema_name() not in ("aten::dim", "aten::eq.int", "aten::ne.int"):
+            return False
+    return True
+
+
+def _flat_rows(flat: Value, starts: Value):
+    """``((X, t), (O, t'), prologue nodes)`` when ``flat`` and ``starts`` are the rows
+    ``select(X, 0, t)`` and ``select(O, 0, t')`` (DLRM's flat indices and bag starts, one
+    row per table), as a trace shows them or through ``nn.functional.embedding_bag``'s
+    prologue for a 1-D input: ``if input.dim() == 2: <raises> else: if input.dim() == 1:
+    <offsets' rank checked> (input, offsets) else: <raises>``."""
+    prologue: list[Node] = []
+    branch = flat.node
+    if branch is not None and branch.kind == "prim::If" and starts.node is branch:
+        if (flat.offset, starts.offset) != (0, 1) or len(branch.outputs) != 2:
+            return None
+        two, other = branch.blocks
+        if not _always_raises(two):
+            return None
+        flat, starts = other.outputs
+        inner = starts.node
+        if inner is None or inner.kind != "prim::If" or inner.owning_block is not other \
+                or len(inner.outputs) != 1 or not _always_raises(inner.blocks[1]):
+            return None
+        checked = inner.blocks[0]
+        if not _checks_only(checked):
+            return None
+        starts = checked.outputs[0]
+        if any(n is not inner and n.schema_name() not in ("aten::eq.int",)
+               for n in other.nodes):
+            return None
+        prologue = [branch]
+    found = _column(flat, 0)
+    rows = _column(starts, 0)
+    if found is None or rows is None:
+        return None
+    if prologue:
+        # the selects are read by the prologue's checks only (dropped with it)
+        return found, rows, prologue
+    if len(flat.uses) != 1 or len(starts.uses) != 1:
+        return None
+    return found, rows, [flat.node, starts.node]
+
+
 def _lookup(r: Value, block: Block) -> _Lookup | None:
     if len(r.uses) != 1 or r.node is None or r.node.owning_block is not block:
         return None
@@ -227,8 +307,8 @@ def _runs(lookups: list[_Lookup | None]) -> list[tuple[int, int]]:
             total = first.weight.nbytes
             while j < len(lookups):
                 nxt, prev = lookups[j], lookups[j - 1]
-                if nxt is None or nxt.x is not first.x or nxt.mode != first.mode \
-                        or nxt.column != prev.column + 1 \
+                if nxt is None or nxt.x is not first.x or nxt.offsets is not first.offsets \
+                        or nxt.mode != first.mode or nxt.column != prev.column + 1 \
                         or nxt.weight.dtype != first.weight.dtype \
                         or nxt.weight.shape[1] != first.weight.shape[1] \
                         or total + nxt.weight.nbytes > MAX_TABLE_BYTES:
@@ -241,30 +321,41 @@ def _runs(lookups: list[_Lookup | None]) -> list[tuple[int, int]]:
     return runs
 
 
-def _batch_cat(graph: Graph, cat: Node, db: AliasDb) -> bool:
-    if _const(cat.inputs[1]) != 1:
+def _batch_list(graph: Graph, joined: Node, db: AliasDb) -> bool:
+    """Batch the lookups of the list ``joined`` (``cat(list, 1)`` or ``stack(list, 1)``)
+    concatenates. A stack becomes a cat of each other element unsqueezed at 1 and the
+    batched rows (which come out ``(batch, tables, width)``): what stack is."""
+    stack = joined.schema_name() == "aten::stack"
+    if _const(joined.inputs[1]) != 1:
         return False
-    found = _list_elements(cat)
+    found = _list_elements(joined)
     if found is None:
         return False
     build, appends, elements = found
-    lookups = [_lookup(r, cat.owning_block) for r in elements]
-    # The batched lookup runs where the cat is: nothing may write the indices before that.
-    lookups = [lk if lk is not None and not db.has_writers(lk.x) else None for lk in lookups]
+    lookups = [_lookup(r, joined.owning_block) for r in elements]
+    # The batched lookup runs where the list is read: nothing may write the indices (or the
+    # bag starts) before that; a stack takes rows of flat indices, a cat columns.
+    lookups = [lk if lk is not None and (lk.kind == "embedding_bag_rows") == stack
+               and not db.has_writers(lk.x)
+               and (lk.offsets is None or not db.has_writers(lk.offsets)) else None
+               for lk in lookups]
     runs = _runs(lookups)
     if not runs:
         return False
     merged: list[Value] = []
     done = 0
     for start, stop in runs:
-        merged += elements[done:start]
-        merged.append(_batched(graph, lookups[start:stop], cat))
+        merged += _unsqueezed(graph, elements[done:start], joined) if stack \
+            else elements[done:start]
+        merged.append(_batched(graph, lookups[start:stop], joined))
         done = stop
-    merged += elements[done:]
-    # One list, made where the cat reads it (every element is computed by then).
+    merged += _unsqueezed(graph, elements[done:], joined) if stack else elements[done:]
+    # One list, made where it is read (every element is computed by then).
     new_list = graph.create("prim::ListConstruct", merged, output_types=[build.output.type])
-    new_list.insert_before(cat)
-    cat.replace_input(0, new_list.output)
+    new_list.insert_before(joined)
+    joined.replace_input(0, new_list.output)
+    if stack:
+        graph.replace_node(joined, "aten::cat", list(joined.inputs), schema=_CAT)
     for node in (*reversed(appends), build):
         node.destroy()
     for start, stop in runs:
@@ -274,23 +365,34 @@ def _batch_cat(graph: Graph, cat: Node, db: AliasDb) -> bool:
     return True
 
 
-def _batched(graph: Graph, run: list[_Lookup], cat: Node) -> Value:
-    """The node computing ``run``'s elements concatenated along dimension 1 (placed before
-    ``cat``, where every table's index column is available)."""
+def _unsqueezed(graph: Graph, values: list[Value], before: Node) -> list[Value]:
+    out = []
+    for v in values:
+        node = graph.create("aten::unsqueeze", [v, graph.constant(1, T.Int, before=before)],
+                            output_types=[T.Tensor])
+        node.schema, node.source = _UNSQUEEZE, before.source
+        node.insert_before(before)
+        out.append(node.output)
+    return out
+
+
+def _batched(graph: Graph, run: list[_Lookup], joined: Node) -> Value:
+    """The node computing ``run``'s elements joined along dimension 1 (placed before
+    ``joined``, where every table's indices are available)."""
     first = run[0]
     weights = [lk.weight for lk in run]
     packed = torch.cat(weights).contiguous()
     rows = [int(w.shape[0]) for w in weights]
-    before = cat
+    before = joined
     inputs = [first.x, graph.constant(packed, T.Tensor, before=before),
               graph.constant(rows, T.ListType(T.Int), before=before),
               graph.constant(first.column, T.Int, before=before)]
-    if first.mode is None:
-        schema, kind = EMBEDDINGS, "static_runtime::embeddings"
-    else:
-        schema, kind = EMBEDDING_BAGS, "static_runtime::embedding_bags"
+    kind = first.kind
+    if kind == "embedding_bag_rows":
+        inputs.insert(1, first.offsets)
+    if first.mode is not None:
         inputs.append(graph.constant(first.mode, T.Int, before=before))
-    node = graph.create(kind, inputs, output_types=[T.Tensor])
-    node.schema, node.source = schema, first.value.node.source
-    node.insert_before(cat)
+    node = graph.create(f"static_runtime::{kind}", inputs, output_types=[T.Tensor])
+    node.schema, node.source = _SCHEMAS[kind], first.value.node.source
+    node.insert_before(joined)
     return node.output

@@ -183,3 +183,85 @@ def test_many_sizes_through_one_module_equal_eager():
         x = _bag_inputs(batch)
         with torch.no_grad():
             assert torch.equal(mod(*x), model(*x))
+
+
+class FlatBags(nn.Module):
+    """DLRM's sparse features: one ``EmbeddingBag`` per row of flat indices and of bag
+    starts (``(tables, length)``, ``(tables, batch)``), stacked after a dense feature."""
+
+    def __init__(self, rows=(30, 50, 20), dim: int = 4, mode: str = "sum"):
+        super().__init__()
+        self.bags = nn.ModuleList([nn.EmbeddingBag(r, dim, mode=mode) for r in rows])
+
+    def forward(self, dense: Tensor, indices: Tensor, offsets: Tensor) -> Tensor:
+        features = [dense]
+        for i, bag in enumerate(self.bags):
+            features.append(bag(indices[i], offsets[i]))
+        return torch.stack(features, dim=1) + 1
+
+
+def _flat_inputs(batch: int, rows=(30, 50, 20)):
+    g = torch.Generator().manual_seed(batch)
+    lengths = torch.randint(1, 5, (batch,), generator=g)
+    starts = torch.cumsum(lengths, 0) - lengths
+    total = int(lengths.sum())
+    indices = torch.stack([torch.randint(0, r, (total,), generator=g) for r in rows])
+    return [torch.randn(batch, 4, generator=g), indices,
+            starts.unsqueeze(0).expand(len(rows), batch).contiguous()]
+
+
+@pytest.mark.parametrize("mode", ["sum", "mean", "max"])
+def test_rows_of_flat_indices_with_bag_starts_become_one_lookup(mode):
+    torch.manual_seed(0)
+    mods = check(FlatBags(mode=mode).eval(), _flat_inputs(3), _flat_inputs(11), atol=0, rtol=0)
+    kinds = _kinds(mods["default"])
+    assert kinds.count("static_runtime::embedding_bag_rows") == 1
+    assert "aten::embedding_bag" not in kinds and "aten::stack" not in kinds
+
+
+def test_traced_rows_are_batched_too():
+    torch.manual_seed(0)
+    model = FlatBags().eval()
+    mod = sr.StaticModule(torch.jit.trace(model, tuple(_flat_inputs(4))))
+    assert "static_runtime::embedding_bag_rows" in _kinds(mod)
+    for batch in (4, 1, 13):
+        x = _flat_inputs(batch)
+        with torch.no_grad():
+            assert torch.equal(mod(*x), model(*x))
+
+
+@pytest.mark.parametrize("bad", ["index past its table", "negative index", "first start not 0",
+                                 "starts decreasing", "start past the length"])
+def test_what_the_tables_end_to_end_would_hide_runs_the_lookups_one_by_one(bad):
+    """Each of these would read (or bag) another table's indices end to end: the kernel
+    checks them and the lookups one by one compute or raise what they did before."""
+    torch.manual_seed(0)
+    model = FlatBags().eval()
+    mod = sr.StaticModule(torch.jit.script(model))
+    dense, indices, offsets = _flat_inputs(5)
+    mod(dense, indices, offsets)
+    indices, offsets = indices.clone(), offsets.clone()
+    if bad == "index past its table":
+        indices[0, -1] = 30  # table 0 has 30 rows: end to end, row 0 of table 1
+    elif bad == "negative index":
+        indices[1, 0] = -1
+    elif bad == "first start not 0":
+        offsets[1, 0] = 1
+    elif bad == "starts decreasing":
+        row = offsets[2].clone()
+        offsets[2, 1], offsets[2, 2] = row[2], row[1]
+    else:
+        offsets[0, -1] = indices.shape[1] + 1
+    try:
+        with torch.no_grad():
+            expected = model(dense, indices, offsets)
+    except Exception as e:  # noqa: BLE001  (then ours must raise too)
+        with pytest.raises(type(e)):
+            mod(dense, indices, offsets)
+    else:
+        ours = mod(dense, indices, offsets)
+        if bad == "starts decreasing":
+            # a bag of negative length is uninitialised memory in PyTorch's kernel, call to
+            # call: the other tables' bags must be theirs, as one by one
+            ours, expected = ours[:, :3], expected[:, :3]
+        assert torch.equal(ours, expected)
