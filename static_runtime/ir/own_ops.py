@@ -62,11 +62,13 @@ RMS_NORM = ("static_runtime::rms_norm(Tensor input, Tensor weight, float eps, "
 #: Lookups in ``len(rows)`` tables laid end to end in ``weight`` (table ``t``: the next
 #: ``rows[t]`` rows), table ``t`` by the indices ``indices.select(1, first + t)``, the results
 #: concatenated along dimension 1 (``passes/embeddings.py``): ``aten::embedding`` each, or
-#: ``nn.functional.embedding_bag`` each (a 2-D input: bags of one size) with ``mode``.
+#: ``nn.functional.embedding_bag`` each (a 2-D input: bags of one size) with ``mode`` — or,
+#: given ``end`` and ``step``, ``embedding_bag`` of the column flattened with the bag starts
+#: ``arange(0, end, step)``, as an exported program computes them.
 EMBEDDINGS = ("static_runtime::embeddings(Tensor indices, Tensor weight, int[] rows, "
               "int first) -> Tensor")
 EMBEDDING_BAGS = ("static_runtime::embedding_bags(Tensor indices, Tensor weight, int[] rows, "
-                  "int first, int mode) -> Tensor")
+                  "int first, int mode, int? end=None, int? step=None) -> Tensor")
 #: ``nn.functional.embedding_bag`` with ``mode`` in each table by the flat indices
 #: ``indices.select(0, first + t)`` and bag starts ``offsets.select(0, first + t)`` (DLRM's),
 #: the results stacked along dimension 1: ``(batch, tables, width)``.

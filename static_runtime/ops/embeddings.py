@@ -44,12 +44,19 @@ def embeddings_reference(indices, weight, rows, first):
                       for t, w in enumerate(_tables(weight, rows))], 1)
 
 
-def embedding_bags_reference(indices, weight, rows, first, mode):
+def embedding_bags_reference(indices, weight, rows, first, mode, end=None, step=None):
     """What ``static_runtime::embedding_bags`` means: ``nn.functional.embedding_bag`` (bags
     of one size: its 2-D form) in each table by its column of ``indices``, concatenated along
-    dimension 1."""
-    return torch.cat([F.embedding_bag(indices.select(1, first + t), w, mode=_MODES[mode])
-                      for t, w in enumerate(_tables(weight, rows))], 1)
+    dimension 1; given ``end`` and ``step``, ``embedding_bag`` of each column flattened, with
+    the bag starts ``arange(0, end, step)`` (an exported program's form)."""
+    tables = _tables(weight, rows)
+    if end is None:
+        return torch.cat([F.embedding_bag(indices.select(1, first + t), w, mode=_MODES[mode])
+                          for t, w in enumerate(tables)], 1)
+    columns = [indices.select(1, first + t) for t in range(len(tables))]
+    return torch.cat([torch.embedding_bag(
+        w, c.reshape(-1), torch.arange(0, end, step, dtype=c.dtype, device=c.device), False,
+        mode, False, None, False, None)[0] for w, c in zip(tables, columns)], 1)
 
 
 def embedding_bag_rows_reference(indices, offsets, weight, rows, first, mode):
@@ -146,10 +153,11 @@ def _embedding_bags(node: Node):
         return last[1]
 
     @labelled(f"{len(rows)} tables' bags ({_MODES[mode]}) in one embedding_bag call")
-    def fn(indices, w, rows_, first_, mode_):
+    def fn(indices, w, rows_, first_, mode_, end=None, step=None):
         x = packed.columns(indices) if w is weight and indices.dim() == 3 else None
-        if x is None or x.shape[2] == 0:
-            return embedding_bags_reference(indices, w, rows_, first_, mode_)
+        if x is None or x.shape[2] == 0 or (end is not None and not (
+                step == x.shape[2] and end == x.shape[0] * step)):
+            return embedding_bags_reference(indices, w, rows_, first_, mode_, end, step)
         batch, n, size = x.shape
         starts, _ = packed.shifts(x.dtype, 3)
         flat = (x + starts).view(-1)

@@ -13,7 +13,10 @@ with ``I_t, O_t`` either
   ``nn.functional.embedding_bag`` makes them for a 2-D input — ``reshape(S_t, [-1])`` and
   ``arange(0, numel(S_t), size(S_t, 1), dtype(S_t), None, device(S_t), None)`` — written out
   (traced, with the dtype and device as constants) or in its ``if input.dim() == 2:`` branch
-  (scripted; the other branch raises on every path); or
+  (scripted; the other branch raises on every path); or ``reshape(S_t, [-1])`` and
+  ``arange(0, end, step, ...)`` with ``end`` and ``step`` ints computed otherwise (an exported
+  program's symbolic sizes) or that ``arange`` folded into a constant (one exported at a
+  fixed size) — the kernel compares them with the indices' sizes; or
 * rows ``select(X, 0, c + t)`` and ``select(O, 0, c + t)`` of flat indices and bag starts
   (DLRM's form), as a trace passes them or through that function's 1-D branch (whose other
   paths raise and whose only work is checking ranks).
@@ -70,6 +73,10 @@ class _Lookup:
     nodes: list[Node]
     #: the bag starts' tensor (row ``column`` of it) of a lookup by a row of flat indices
     offsets: Value | None = None
+    #: ``(end, step)`` of the bag starts ``arange(0, end, step)`` of a column's bags, when
+    #: they are not the column's ``numel`` and row length as the graph computes them (ints:
+    #: read from an ``arange`` folded into a constant)
+    bounds: tuple[Value | int, Value | int] | None = None
 
     @property
     def kind(self) -> str:
@@ -152,36 +159,61 @@ def _embedding(r: Value) -> _Lookup | None:
     return _Lookup(r, *found, weight, None, [node, node.inputs[1].node])
 
 
-def _flat_and_starts(s: Value, flat: Value, starts: Value) -> list[Node] | None:
-    """The nodes of ``flat = reshape(s, [-1])`` and ``starts = arange(0, numel(s),
-    size(s, 1), dtype, None, device, pin_memory)`` (users before producers), if that is what
-    they are: the dtype ``prim::dtype(s)`` or an integer one (``embedding_bag`` takes int32
-    and int64 indices and bag starts in any mix), the device ``prim::device(s)`` or the CPU
-    (a trace writes constants)."""
+def _flat_and_starts(s: Value, flat: Value, starts: Value
+                     ) -> tuple[list[Node], tuple[Value, Value] | None] | None:
+    """The nodes of ``flat = reshape(s, [-1])`` and ``starts = arange(0, end, step, dtype,
+    None, device, pin_memory)`` (users before producers), and ``(end, step)`` — None when
+    they are ``numel(s)`` and ``size(s, 1)`` (whose nodes are then among the nodes), as a
+    script or trace computes them; ints computed otherwise (an exported program's symbolic
+    sizes) are kept, and the kernel compares them with the indices' sizes. The dtype
+    ``prim::dtype(s)`` or an integer one (``embedding_bag`` takes int32 and int64 indices and
+    bag starts in any mix), the device ``prim::device(s)`` or the CPU."""
     reshape, arange = flat.node, starts.node
     if reshape is None or reshape.schema_name() != "aten::reshape" \
             or reshape.inputs[0] is not s or _const(reshape.inputs[1]) not in ([-1], (-1,)):
         return None
+    folded = _const(starts)
+    if isinstance(folded, torch.Tensor):
+        # an arange of constants folded (a program exported at one size): its bounds
+        step = _arange_step(folded)
+        if step is None:
+            return None
+        return [reshape], (len(folded) * step, step)
     if arange is None or arange.schema_name() != "aten::arange.start_step" \
             or len(arange.inputs) != 7 or _const(arange.inputs[0]) != 0 \
             or _const(arange.inputs[4]) is not None \
             or _const(arange.inputs[6]) not in (None, False):
         return None
     nodes = [reshape, arange]
-    numel, size = arange.inputs[1].node, arange.inputs[2].node
-    if numel is None or numel.schema_name() != "aten::numel" or numel.inputs[0] is not s:
+    end, step = arange.inputs[1:3]
+    numel, size = end.node, step.node
+    bounds: tuple[Value, Value] | None = (end, step)
+    if numel is not None and numel.schema_name() == "aten::numel" and numel.inputs[0] is s \
+            and size is not None and size.schema_name() == "aten::size.int" \
+            and size.inputs[0] is s and _const(size.inputs[1]) == 1:
+        nodes += [numel, size]
+        bounds = None
+    elif not (end.type == T.Int and step.type == T.Int):
         return None
-    if size is None or size.schema_name() != "aten::size.int" or size.inputs[0] is not s \
-            or _const(size.inputs[1]) != 1:
-        return None
-    nodes += [numel, size]
-    for value, kind, constants in ((arange.inputs[3], "prim::dtype", (3, 4)),
+    for value, kind, constants in ((arange.inputs[3], "prim::dtype",
+                                    (3, 4, torch.int32, torch.int64)),
                                    (arange.inputs[5], "prim::device", (torch.device("cpu"),))):
         if value.node is not None and value.node.kind == kind and value.node.inputs[0] is s:
             nodes.append(value.node)
         elif _const(value) not in constants:
             return None
-    return nodes
+    return nodes, bounds
+
+
+def _arange_step(t: torch.Tensor) -> int | None:
+    """``k`` if ``t`` is ``arange(0, n · k, k)`` of an integer dtype with ``n ≥ 2``, else None."""
+    if t.dim() != 1 or len(t) < 2 or t.dtype not in (torch.int32, torch.int64) \
+            or t.device.type != "cpu":
+        return None
+    step = int(t[1])
+    if step <= 0 or not torch.equal(t, torch.arange(0, len(t) * step, step, dtype=t.dtype)):
+        return None
+    return step
 
 
 def _always_raises(block: Block) -> bool:
@@ -225,20 +257,25 @@ def _embedding_bag(r: Value) -> _Lookup | None:
         if rank is None or rank.schema_name() != "aten::dim" or not _always_raises(other):
             return None
         s = rank.inputs[0]
-        if _flat_and_starts(s, *taken.outputs) is None:
+        inner = _flat_and_starts(s, *taken.outputs)
+        if inner is None or inner[1] is not None:
             return None
-        nodes = [node, branch]
+        nodes, bounds = [node, branch], None
     else:
         s = flat.node.inputs[0] if flat.node is not None and flat.node.inputs else None
         inner = None if s is None else _flat_and_starts(s, flat, starts)
-        if inner is None or any(len(n.output.uses) != 1 for n in inner[2:]) \
-                or len(s.uses) != len(inner) - 1:  # (the select is read by all but arange)
+        if inner is None:
             return None
-        nodes = [node, *inner]
+        prologue, bounds = inner
+        # the select is read only by what goes with the lookup (reshape, numel, size, ...)
+        if any(len(n.output.uses) != 1 for n in prologue[2:]) \
+                or len(s.uses) != sum(s in n.inputs for n in prologue):
+            return None
+        nodes = [node, *prologue]
     found = _column(s)
     if found is None:
         return None
-    return _Lookup(r, *found, weight, mode, nodes)
+    return _Lookup(r, *found, weight, mode, nodes, bounds=bounds)
 
 
 def _checks_only(block: Block) -> bool:
@@ -297,6 +334,19 @@ def _lookup(r: Value, block: Block) -> _Lookup | None:
     return _embedding(r) or _embedding_bag(r)
 
 
+def _same_bounds(a: tuple | None, b: tuple | None) -> bool:
+    """Whether two lookups' bag-start bounds are the same ints: the same values, or equal
+    constants (an int: a bound read from a folded ``arange``)."""
+    if a is None or b is None:
+        return a is b
+    return all(x is y or _int(x) is not None and _int(x) == _int(y) for x, y in zip(a, b))
+
+
+def _int(x: Value | int) -> int | None:
+    v = x if isinstance(x, int) else _const(x)
+    return v if type(v) is int else None
+
+
 def _runs(lookups: list[_Lookup | None]) -> list[tuple[int, int]]:
     """``(start, stop)`` of each run of two or more lookups that batch together."""
     runs, i = [], 0
@@ -308,6 +358,7 @@ def _runs(lookups: list[_Lookup | None]) -> list[tuple[int, int]]:
             while j < len(lookups):
                 nxt, prev = lookups[j], lookups[j - 1]
                 if nxt is None or nxt.x is not first.x or nxt.offsets is not first.offsets \
+                        or not _same_bounds(nxt.bounds, first.bounds) \
                         or nxt.mode != first.mode or nxt.column != prev.column + 1 \
                         or nxt.weight.dtype != first.weight.dtype \
                         or nxt.weight.shape[1] != first.weight.shape[1] \
@@ -392,6 +443,9 @@ def _batched(graph: Graph, run: list[_Lookup], joined: Node) -> Value:
         inputs.insert(1, first.offsets)
     if first.mode is not None:
         inputs.append(graph.constant(first.mode, T.Int, before=before))
+    if first.bounds is not None:
+        inputs += [graph.constant(b, T.Int, before=before) if isinstance(b, int) else b
+                   for b in first.bounds]
     node = graph.create(f"static_runtime::{kind}", inputs, output_types=[T.Tensor])
     node.schema, node.source = _SCHEMAS[kind], first.value.node.source
     node.insert_before(joined)

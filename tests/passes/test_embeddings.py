@@ -265,3 +265,51 @@ def test_what_the_tables_end_to_end_would_hide_runs_the_lookups_one_by_one(bad):
             # call: the other tables' bags must be theirs, as one by one
             ours, expected = ours[:, :3], expected[:, :3]
         assert torch.equal(ours, expected)
+
+
+def _export(model, inputs, dynamic_shapes=None):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.export.export(model, tuple(inputs), dynamic_shapes=dynamic_shapes)
+
+
+def test_an_exported_program_with_a_dynamic_batch_is_batched():
+    """Export computes the bag starts from the symbolic batch (``arange(0, 3·s0, 3)``): the
+    kernel compares those ints with the indices' sizes on each call."""
+    torch.manual_seed(0)
+    model = Bags().eval()
+    batch = torch.export.Dim("batch", min=1, max=64)
+    ep = _export(model, _bag_inputs(4), ({0: batch}, {0: batch}))
+    mod = sr.StaticModule(ep)
+    assert "static_runtime::embedding_bags" in _kinds(mod)
+    for n in (4, 1, 37, 2):
+        x = _bag_inputs(n)
+        with torch.no_grad():
+            assert torch.equal(mod(*x), model(*x))
+
+
+@pytest.mark.parametrize("model, inputs, kind", [
+    (Bags, lambda: _bag_inputs(4), "static_runtime::embedding_bags"),
+    (FlatBags, lambda: _flat_inputs(4), "static_runtime::embedding_bag_rows")])
+def test_a_program_exported_at_one_size_is_batched(model, inputs, kind):
+    """At one size export folds the bag starts into a constant ``arange``: read back as its
+    bounds. Another size runs as the unbatched graph does (here: both raise, or agree)."""
+    torch.manual_seed(0)
+    model = model().eval()
+    x = inputs()
+    ep = _export(model, x)
+    mod = sr.StaticModule(ep)
+    plain = sr.StaticModule(ep, options=sr.StaticModuleOptions(batch_embeddings=False))
+    assert kind in _kinds(mod) and kind not in _kinds(plain)
+    with torch.no_grad():
+        assert torch.equal(mod(*x), model(*x))
+    other = _bag_inputs(6) if kind.endswith("bags") else _flat_inputs(6)
+    try:
+        expected = plain(*other)
+    except Exception as e:  # noqa: BLE001  (then ours must raise too)
+        with pytest.raises(type(e)):
+            mod(*other)
+    else:
+        assert torch.equal(mod(*other), expected)
