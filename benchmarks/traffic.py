@@ -28,15 +28,18 @@ Protocol, one process, one thread:
 1. *New sizes.* Each peer is warmed on the trace's first three sizes (five calls each) and
    what ours builds in the background meanwhile is let finish; then for up to eight other
    sizes of the trace, none seen before, in the order the trace first brings them, the peers
-   in turn make six calls of that size. ``first`` and ``second`` are the first two calls' ms,
-   ``steady`` the median of the last three; ``extra`` is what the first three calls cost
-   beyond three steady ones. Medians over the sizes are reported. (Until issue 18's shape
-   programs the probed sizes were sorted ascending: each was the largest yet.)
+   in turn (in an order drawn per size) make six calls of that size. ``first`` and
+   ``second`` are the first two calls' ms, ``steady`` the median of the last three;
+   ``extra`` is what the first three calls cost beyond three steady ones. Medians over the
+   sizes are reported. (Until issue 18's shape programs the probed sizes were sorted
+   ascending: each was the largest yet.)
 2. *Replay.* The trace (``--requests`` requests) is cut into chunks of ``--chunk``; each chunk
-   is run by every peer in turn (the starting peer rotating), timing each call with
-   ``perf_counter_ns``. The whole trace is replayed ``--repeats`` times after one untimed pass
-   over the first chunk and what ours builds in the background for it. Mean, p50 and p99 per call are taken per replay; the median over
-   replays is reported. ``÷ best`` is ours' (or any peer's) mean over the faster of frozen
+   is run by every peer in turn, in an order drawn per chunk (what one peer's calls leave in
+   the caches, or to the garbage collector, lands on the next: until session 11 the order
+   only rotated, so each peer always followed the same one), timing each call with
+   ``perf_counter_ns``. The whole trace is replayed ``--repeats`` times after one untimed
+   pass over the first chunk and what ours builds in the background for it. Mean, p50 and
+   p99 per call are taken per replay; the median over replays is reported. ``÷ best`` is ours' (or any peer's) mean over the faster of frozen
    TorchScript and the C++ runtime. ``p99 ÷size`` is the p99 of each call's time over the
    median of its size's calls (``size_ratios``): p99/p50 of a mixed trace is mostly the size
    mix, this is the tail beyond it. Python's garbage collector stays on, as in a server.
@@ -58,6 +61,7 @@ from __future__ import annotations
 
 import json
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -322,9 +326,9 @@ def new_size_costs(w: Workload, peers: list[Peer], trace: list, calls: int = 6
                 p.fn(*w.inputs(size))
     wait_for_builds()  # a server that has served a few sizes for a moment
     rows: dict[str, list[list[float]]] = {p.name: [] for p in live}
-    for size in probe:
+    for k, size in enumerate(probe):
         x = w.inputs(size)
-        for p in live:
+        for p in _order(live, k):
             rows[p.name].append([_call_ms(p.fn, x) for _ in range(calls)])
     out = {}
     for name, runs in rows.items():
@@ -338,6 +342,16 @@ def new_size_costs(w: Workload, peers: list[Peer], trace: list, calls: int = 6
             "extra_ms": statistics.median(sum(r[:3]) - 3 * s for r, s in zip(runs, steady)),
         }
     return out
+
+
+def _order(peers: list[Peer], k: int) -> list[Peer]:
+    """The peers' order for the ``k``-th chunk (or probed size): a permutation drawn from a
+    seed made of ``k``, so that no peer always follows the same one (what a peer's calls
+    leave in the caches, or for the garbage collector, lands on whoever comes next: ONNX
+    Runtime's 3 ms calls on the recommender made the peer after it look 1.1x slower)."""
+    order = list(peers)
+    random.Random(k).shuffle(order)
+    return order
 
 
 def replay(w: Workload, peers: list[Peer], trace: list, repeats: int, chunk: int
@@ -360,8 +374,7 @@ def replay(w: Workload, peers: list[Peer], trace: list, repeats: int, chunk: int
         for s in samples.values():
             s.append([])
         for k, xs in enumerate(inputs):
-            for j in range(len(live)):
-                p = live[(k + j) % len(live)]
+            for p in _order(live, k):
                 fn, out = p.fn, samples[p.name][-1]
                 for x in xs:
                     start = clock()
