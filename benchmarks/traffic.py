@@ -19,7 +19,9 @@ Runtime on an export with dynamic axes (``onnxruntime``; set up as ``static_runt
 does: one intra-op thread, all graph optimisations), and ours: from the TorchScript module
 (``static_runtime``, default options, or ``--plan-cache-size``), from a ``torch.export``
 program with a ``Dim`` on each varying axis (``static_runtime_export``) and from TorchScript
-with ``plan_cache_size=8``, the default before issue 18 (``static_runtime_cache8``). A peer that
+with ``plan_cache_size=8``, the default before issue 18 (``static_runtime_cache8``); on
+request (not by default), ours laying a size out on its first call as before session 11
+(``static_runtime_layout_first``: no allocating first call). A peer that
 cannot be built is reported with the reason; one whose output differs from eager's on the
 check sizes (the smallest, a middle and the largest of the trace) is timed and flagged.
 
@@ -90,7 +92,8 @@ from static_runtime.runtime.hot import wait_for_builds
 
 PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime", "static_runtime",
          "static_runtime_export", "static_runtime_cache8")
-OURS = ("static_runtime", "static_runtime_export", "static_runtime_cache8")
+OURS = ("static_runtime", "static_runtime_export", "static_runtime_cache8",
+        "static_runtime_layout_first")
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -186,6 +189,14 @@ def make_peers(w: Workload, include: tuple[str, ...], plan_cache_size: int | Non
                                      dynamic_shapes=w.dynamic_shapes())
         return ours(ep, options)(details)
 
+    def layout_first(details: dict):
+        # Ours as before session 11: a size's first call lays it out, rather than running
+        # its shape program's allocating code (the executor's switch, set directly: it is
+        # not an option users need).
+        runtime = ours(scripted, options)(details)
+        runtime._interp._programmed = False
+        return runtime
+
     def frozen(details: dict):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -203,6 +214,7 @@ def make_peers(w: Workload, include: tuple[str, ...], plan_cache_size: int | Non
         "static_runtime": ours(scripted, options),
         "static_runtime_export": exported,
         "static_runtime_cache8": ours(scripted, sr.StaticModuleOptions(plan_cache_size=8)),
+        "static_runtime_layout_first": layout_first,
     }
     peers = []
     for name in include:
@@ -479,9 +491,9 @@ def main(workloads: str, peers: str, requests: int | None, repeats: int, chunk: 
     if bad:
         raise click.BadParameter(f"unknown workload(s) {bad}; choose from {list(WORKLOADS)}")
     include = tuple(dict.fromkeys(["eager", *[p for p in peers.split(",") if p]]))
-    bad = [p for p in include if p not in PEERS]
+    bad = [p for p in include if p not in (*PEERS, *OURS)]
     if bad:
-        raise click.BadParameter(f"unknown peer(s) {bad}; choose from {list(PEERS)}")
+        raise click.BadParameter(f"unknown peer(s) {bad}; choose from {[*PEERS, OURS[-1]]}")
     if quick:
         requests, repeats = requests or 150, 1
     torch.set_num_threads(1)

@@ -73,9 +73,9 @@ class LayoutCache:
 class Sightings:
     """Signatures seen once and not laid out (thread-safe, the ``maxsize`` most recent).
 
-    A size a request brings once costs the arena nothing: its first call runs code that
-    allocates (``CodegenExecutor._run_once``), and only a size that comes back gets a
-    layout. ``first(key)`` is True on a signature's first sighting (or first since it fell
+    While the layout cache is full, a size a request brings once evicts no layout: its first
+    call runs code that allocates (``CodegenExecutor._run_once``), and only a size that
+    comes back gets a layout. ``first(key)`` is True on a signature's first sighting (or first since it fell
     out of the record); False on its second, which forgets it: the caller lays it out."""
 
     def __init__(self, maxsize: int):

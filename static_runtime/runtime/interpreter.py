@@ -71,8 +71,9 @@ class MemoryConfig:
     #: takes a second or so): laid out again by their structure's program on a later call,
     #: so that they run the code made for the program's layouts (``_relay``)
     unprogrammed: set = field(default_factory=set)
-    #: signatures a shape program covered on their one call so far, served by code that
-    #: allocates (no layout): laid out when they come back (``CodegenExecutor._run_once``)
+    #: signatures a shape program covered on their one call so far while the layout cache
+    #: was full, served by code that allocates (no layout): laid out when they come back
+    #: (``CodegenExecutor._run_once``)
     sightings: Sightings = field(default_factory=lambda: Sightings(4096))
 
 

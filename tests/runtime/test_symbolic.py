@@ -151,6 +151,40 @@ def test_memory_stays_bounded_over_thousands_of_sizes():
     assert _served(mod) > 1000
 
 
+def _relu_gram(x: Tensor) -> Tensor:
+    return (torch.relu(x @ x.t()) + 1).sum(0)
+
+
+def test_a_full_layout_cache_admits_a_size_on_its_second_call():
+    """While there is room a size is laid out on its first call; once the cache is full, a
+    new size's first call runs the program's allocating code and evicts nothing, and its
+    second call lays it out (evicting the least recently used). Every result eager's."""
+    s = _script(_relu_gram)
+    mod = sr.StaticModule(s, sr.StaticModuleOptions(plan_cache_size=4))
+    rt = mod.runtime()
+    g = torch.Generator().manual_seed(0)
+
+    def call(n):
+        x = torch.randn(n, 3, generator=g)
+        torch.testing.assert_close(rt(x), s(x))
+
+    call(9)
+    wait_for_builds()
+    for n in (3, 5, 7):
+        before = len(mod.layouts)
+        call(n)
+        assert len(mod.layouts) == before + 1  # (room: laid out at once)
+    assert len(mod.layouts) == 4
+    kept = list(mod.layouts._items)
+    call(6)
+    assert list(mod.layouts._items) == kept  # nothing admitted, nothing evicted
+    assert _served(mod) == 4  # (3, 5, 7 laid out, 6 run by the program's allocating code)
+    call(6)
+    assert len(mod.layouts) == 4 and list(mod.layouts._items) != kept  # admitted
+    assert _served(mod) == 4  # (one size, counted once)
+    call(6)
+
+
 def test_what_a_program_cannot_follow_records_as_before_and_says_why():
     def data_dependent(x: Tensor) -> Tensor:
         n = int(x[0])
