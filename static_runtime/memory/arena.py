@@ -29,6 +29,7 @@ from static_runtime.memory.planner import (
     TensorRequest,
     align,
     plan_best,
+    plan_greedy_by_lifetime,
     plan_greedy_by_size,
     plan_storage_groups,
 )
@@ -36,6 +37,7 @@ from static_runtime.memory.planner import (
 PLANNERS: dict[str, Callable[[Sequence[TensorRequest], int], MemoryPlan]] = {
     "best": plan_best,
     "greedy_by_size": plan_greedy_by_size,
+    "greedy_by_lifetime": plan_greedy_by_lifetime,
     "storage_groups": plan_storage_groups,
 }
 

@@ -15,7 +15,8 @@ Every tensor occupies its size rounded up to the alignment (64 bytes, as PyTorch
 - ``plan_storage_groups``: the seed's storage groups (one buffer per group of tensors with
   disjoint lifetimes, buffers laid end to end).
 - ``plan_greedy_by_size``: offsets chosen per tensor, largest first (Pisarchyk & Lee §5).
-- ``plan_best``: both, keeping the smaller arena.
+- ``plan_greedy_by_lifetime``: the same, longest-lived first.
+- ``plan_best``: all three, keeping the smallest arena.
 """
 
 from __future__ import annotations
@@ -351,11 +352,29 @@ def plan_greedy_by_size(requests: Sequence[TensorRequest],
     it goes right after the highest of them. Offsets stay multiples of the alignment because
     every gap boundary is an offset plus an aligned size.
     """
+    return _greedy(requests, alignment, "greedy_by_size",
+                   lambda r, size: (-size, -(r.end - r.start), r.start, r.name))
+
+
+def plan_greedy_by_lifetime(requests: Sequence[TensorRequest],
+                            alignment: int = DEFAULT_ALIGNMENT) -> MemoryPlan:
+    """``plan_greedy_by_size``'s placement with the longest-lived tensors placed first (then
+    the larger, the earlier, by name). Where a few long-lived tensors span a chain of shorter
+    ones — a DCN-v2's cross layers read their input ``x0`` all along — placing them first
+    keeps them out of the way: the chain then alternates in the room above them, where
+    largest-first put a large short-lived tensor low and pushed a long-lived one above it
+    (``dcn_v2`` at batch 64: 1.10 × the lower bound by size, the bound by lifetime)."""
+    return _greedy(requests, alignment, "greedy_by_lifetime",
+                   lambda r, size: (-(r.end - r.start), -size, r.start, r.name))
+
+
+def _greedy(requests: Sequence[TensorRequest], alignment: int, algorithm: str,
+            key) -> MemoryPlan:
+    """Each tensor, in ``key`` order, at the smallest fitting gap among the placed tensors
+    whose lifetimes overlap its own (``plan_greedy_by_size``)."""
     reqs = _checked(requests, alignment)
     sizes = [align(r.size, alignment) for r in reqs]
-    order = sorted(range(len(reqs)),
-                   key=lambda i: (-sizes[i], -(reqs[i].end - reqs[i].start), reqs[i].start,
-                                  reqs[i].name))
+    order = sorted(range(len(reqs)), key=lambda i: key(reqs[i], sizes[i]))
 
     offsets = [0] * len(reqs)
     placed: list[tuple[int, int]] = []  # (offset, request index), kept sorted by offset
@@ -377,14 +396,15 @@ def plan_greedy_by_size(requests: Sequence[TensorRequest],
         arena = max(arena, offsets[i] + size)
 
     placements = tuple(Placement(r, offsets[i], None) for i, r in enumerate(reqs))
-    return MemoryPlan(placements, arena, lower_bound(reqs, alignment), "greedy_by_size",
-                      alignment)
+    return MemoryPlan(placements, arena, lower_bound(reqs, alignment), algorithm, alignment)
 
 
 def plan_best(requests: Sequence[TensorRequest], alignment: int = DEFAULT_ALIGNMENT) -> MemoryPlan:
-    """Whichever of ``plan_greedy_by_size`` and ``plan_storage_groups`` has the smaller
-    arena; greedy on a tie."""
+    """Whichever of ``plan_greedy_by_size``, ``plan_greedy_by_lifetime`` and
+    ``plan_storage_groups`` has the smallest arena, the first of them on a tie. (Over the
+    zoo's 63 plans, by lifetime was the smallest on three — ``dcn_v2``'s, at the lower bound
+    where the other two were 1.09–1.10 × it; it costs ~0.9 ms more on the largest plan, T5's
+    142 tensors.)"""
     reqs = list(requests)
-    greedy = plan_greedy_by_size(reqs, alignment)
-    groups = plan_storage_groups(reqs, alignment)
-    return groups if groups.arena_bytes < greedy.arena_bytes else greedy
+    return min((plan_greedy_by_size(reqs, alignment), plan_greedy_by_lifetime(reqs, alignment),
+                plan_storage_groups(reqs, alignment)), key=lambda p: p.arena_bytes)

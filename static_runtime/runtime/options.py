@@ -111,7 +111,8 @@ class StaticModuleOptions:
     #: symbolic sizes and makes a *shape program* (``runtime/symbolic.py``) that gives every
     #: managed tensor's shape for any size its guards admit.
     shape_programs: bool = True
-    #: "best" (the smaller arena of the two), "greedy_by_size" or "storage_groups".
+    #: "best" (the smallest arena of the three), "greedy_by_size", "greedy_by_lifetime" or
+    #: "storage_groups".
     memory_planner: str = "best"
     #: Freeze TorchScript modules before import (the seed's freezing pass).
     freeze: bool = True
@@ -176,9 +177,11 @@ class StaticModuleOptions:
         if self.kernel_choice not in KERNEL_CHOICES:
             raise ValueError(f"StaticModuleOptions.kernel_choice must be one of "
                              f"{KERNEL_CHOICES}, got {self.kernel_choice!r}")
-        if self.memory_planner not in ("best", "greedy_by_size", "storage_groups"):
+        if self.memory_planner not in ("best", "greedy_by_size", "greedy_by_lifetime",
+                                       "storage_groups"):
             raise ValueError(f"StaticModuleOptions.memory_planner must be 'best', "
-                             f"'greedy_by_size' or 'storage_groups', got {self.memory_planner!r}")
+                             f"'greedy_by_size', 'greedy_by_lifetime' or 'storage_groups', "
+                             f"got {self.memory_planner!r}")
 
     def passes_enabled(self) -> dict[str, bool]:
         enabled = {name: getattr(self, name) for name in PASS_ORDER}
