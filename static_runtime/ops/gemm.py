@@ -225,6 +225,10 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     #: (rows, threads) → the kernel, and the choice it came from
     chosen: dict[tuple[int, int], Callable[..., torch.Tensor]] = {}
     choices: dict[tuple[int, int], Any] = {}
+    #: (row-count bucket, threads) → the kernel measured for the bucket's first row count,
+    #: which serves its other row counts unmeasured (``_bucket``; not MKL's, packed per row
+    #: count: that one is measured for each)
+    by_bucket: dict[tuple[int, int], Callable[..., torch.Tensor]] = {}
     threads = torch.get_num_threads
     f32 = torch.float32
     wstride = tuple(weight_t.stride())
@@ -255,6 +259,8 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         if not choice.how.startswith("default (another"):
             chosen[key] = kernel
             choices[key] = choice
+            if choice.name != "mkl":
+                by_bucket.setdefault((_bucket(rows), key[1]), kernel)
         return kernel
 
     def fold(x: torch.Tensor):
@@ -272,15 +278,21 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         return None
 
     def kernel_for(x2, o2):
-        key = (x2.shape[0], threads())
-        return chosen.get(key) or decide(x2, o2, key)
+        """The kernel for ``x2``'s row count, and whether it is settled (measured for it or
+        its bucket; not the default serving while another call measures)."""
+        rows, t = x2.shape[0], threads()
+        kernel = chosen.get((rows, t)) or by_bucket.get((_bucket(rows), t))
+        if kernel is not None:
+            return kernel, True
+        kernel = decide(x2, o2, (rows, t))
+        return kernel, kernel is chosen.get((rows, t))
 
     def fn_slow(x, args):
         x2 = fold(x)
         if x2 is None:
             return default_fn(*args)
-        kernel = kernel_for(x2, None)
-        if kernel is chosen.get((x2.shape[0], threads())):
+        kernel, settled = kernel_for(x2, None)
+        if settled:
             last_fn[0] = (x.shape, threads(), kernel, x2.shape[0])
         y = kernel(x2, None)
         return y if x2 is x else y.view(*x.shape[:-1], n)
@@ -303,8 +315,8 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         if x2 is None or not out.is_contiguous() or out.shape != (*x.shape[:-1], n):
             return default_out(out, *args)
         o2 = out if x2 is x else out.view(x2.shape[0], n)
-        kernel = kernel_for(x2, o2)
-        if kernel is chosen.get((x2.shape[0], threads())):
+        kernel, settled = kernel_for(x2, o2)
+        if settled:
             last_out[0] = (out, x.shape, threads(), kernel, None if x2 is x else o2,
                            x2.shape[0])
         kernel(x2, o2)
@@ -330,7 +342,9 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         if not choices:
             return "no kernel chosen yet"
         return "; ".join(f"M={rows} threads={t}: {c.describe()}"
-                         for (rows, t), c in sorted(choices.items()))
+                         for (rows, t), c in sorted(choices.items())) + (
+            " (other row counts up to the next power of two: their bucket's choice)"
+            if by_bucket else "")
 
     for f in (fn, out_fn):
         f.status = status  # type: ignore[attr-defined]
@@ -339,6 +353,15 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         #: the product: (op, k, n, has bias, epilogue)
         f.problem = (op, k, n, bias is not None, attr)  # type: ignore[attr-defined]
     return fn, out_fn
+
+
+def _bucket(rows: int) -> int:
+    """The row counts that share a measured choice: those up to the same power of two
+    (5…8, 9…16, ..., 129…256). Traffic of every size brings a new row count on most calls
+    (a length, a batch size); measuring each on its first call took ~4 ms a GEMM node.
+    Within a bucket the kernels' ratio moves little, and a choice must beat the default by
+    ``MIN_GAIN`` where it was measured."""
+    return 1 << (rows - 1).bit_length() if rows > 1 else 1
 
 
 def _bound(kernel: Callable[..., torch.Tensor], x2: torch.Tensor, o2: torch.Tensor):

@@ -86,6 +86,27 @@ def test_vector_and_rank_four_inputs():
     check(lin, [torch.randn(32)], [torch.randn(2, 3, 4, 32)], options=OPTIONS)
 
 
+@pytest.mark.parametrize("name", [n for n in gemm.candidate_names() if n != "mkl"])
+def test_row_counts_up_to_the_same_power_of_two_share_a_measured_choice(name, monkeypatch):
+    """Traffic of every size: a new row count in a bucket measured before is not measured
+    again, and runs that bucket's kernel right; the next bucket is measured (MKL's packing
+    is per row count: measured per row count, not shared)."""
+    asked: list[str] = []
+
+    def forced(self, key, names, make, default):
+        asked.append(key)
+        return Choice(name, {}, "forced")
+
+    monkeypatch.setattr(KernelChooser, "choose", forced)
+    lin = nn.Linear(24, 16).eval()
+    mod = sr.StaticModule(torch.jit.script(lin), MEASURE)
+    for rows in (5, 8, 6, 7, 9):
+        x = torch.randn(rows, 24)
+        torch.testing.assert_close(mod(x), lin(x))
+    assert [k.split(" K=")[0].split("M=")[1] for k in asked] == ["5", "9"]
+    assert "their bucket's choice" in mod.describe()
+
+
 def test_other_dtype_and_non_contiguous_run_the_default():
     lin = nn.Linear(16, 8).eval()
     mod = sr.StaticModule(torch.jit.script(lin), MEASURE)
