@@ -21,7 +21,8 @@ does: one intra-op thread, all graph optimisations), and ours: from the TorchScr
 program with a ``Dim`` on each varying axis (``static_runtime_export``) and from TorchScript
 with ``plan_cache_size=8``, the default before issue 18 (``static_runtime_cache8``); on
 request (not by default), ours laying a size out on its first call as before session 11
-(``static_runtime_layout_first``: no allocating first call). A peer that
+(``static_runtime_layout_first``: no allocating first call, even with a full layout cache)
+and ours with ``kernel_choice="measure"`` (``static_runtime_tuned``). A peer that
 cannot be built is reported with the reason; one whose output differs from eager's on the
 check sizes (the smallest, a middle and the largest of the trace) is timed and flagged.
 
@@ -61,6 +62,7 @@ JSON in ``benchmarks/results/traffic.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import platform
 import random
@@ -93,7 +95,7 @@ from static_runtime.runtime.hot import wait_for_builds
 PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime", "static_runtime",
          "static_runtime_export", "static_runtime_cache8")
 OURS = ("static_runtime", "static_runtime_export", "static_runtime_cache8",
-        "static_runtime_layout_first")
+        "static_runtime_layout_first", "static_runtime_tuned")
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -215,6 +217,8 @@ def make_peers(w: Workload, include: tuple[str, ...], plan_cache_size: int | Non
         "static_runtime_export": exported,
         "static_runtime_cache8": ours(scripted, sr.StaticModuleOptions(plan_cache_size=8)),
         "static_runtime_layout_first": layout_first,
+        "static_runtime_tuned": ours(scripted, dataclasses.replace(
+            options, kernel_choice="measure")),
     }
     peers = []
     for name in include:
@@ -493,7 +497,7 @@ def main(workloads: str, peers: str, requests: int | None, repeats: int, chunk: 
     include = tuple(dict.fromkeys(["eager", *[p for p in peers.split(",") if p]]))
     bad = [p for p in include if p not in (*PEERS, *OURS)]
     if bad:
-        raise click.BadParameter(f"unknown peer(s) {bad}; choose from {[*PEERS, OURS[-1]]}")
+        raise click.BadParameter(f"unknown peer(s) {bad}; choose from {[*PEERS, *OURS[-2:]]}")
     if quick:
         requests, repeats = requests or 150, 1
     torch.set_num_threads(1)

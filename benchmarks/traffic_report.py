@@ -10,7 +10,8 @@ from typing import Any
 SHORT = {"eager": "eager", "torchscript": "TorchScript", "pytorch_static_runtime": "C++ SR",
          "onnxruntime": "ORT", "static_runtime": "ours", "static_runtime_export": "ours (export)",
          "static_runtime_cache8": "ours (cache 8)",
-         "static_runtime_layout_first": "ours (layout first)"}
+         "static_runtime_layout_first": "ours (layout first)",
+         "static_runtime_tuned": "ours (tuned)"}
 
 
 def _fmt(x: float | None, spec: str = ".0f") -> str:
