@@ -110,6 +110,19 @@ class _Packed:
         return x
 
 
+def _bag_constants(node: Node, schema: str, at: int
+                   ) -> tuple[torch.Tensor, list[int], int, int] | None:
+    """``(weight, rows, first, mode)``: the constant inputs from index ``at`` of a node of
+    ``schema``, if they are what its kernel takes."""
+    if node.schema != schema:
+        return None
+    weight, rows, first, mode = (constant_value(v) for v in node.inputs[at:at + 4])
+    if not isinstance(weight, torch.Tensor) or not isinstance(rows, list) \
+            or type(first) is not int or mode not in (0, 1, 2):
+        return None
+    return weight, rows, first, mode
+
+
 @register_native("static_runtime::embeddings")
 def _embeddings(node: Node):
     if node.schema != EMBEDDINGS:
@@ -134,12 +147,10 @@ def _embeddings(node: Node):
 
 @register_native("static_runtime::embedding_bags")
 def _embedding_bags(node: Node):
-    if node.schema != EMBEDDING_BAGS:
+    found = _bag_constants(node, EMBEDDING_BAGS, 1)
+    if found is None:
         return None
-    weight, rows, first, mode = (constant_value(v) for v in node.inputs[1:5])
-    if not isinstance(weight, torch.Tensor) or not isinstance(rows, list) \
-            or type(first) is not int or mode not in (0, 1, 2):
-        return None
+    weight, rows, first, mode = found
     packed = _Packed(weight, rows, first)
     bags = torch.embedding_bag
     arange = torch.arange
@@ -170,14 +181,12 @@ def _embedding_bags(node: Node):
 
 @register_native("static_runtime::embedding_bag_rows")
 def _embedding_bag_rows(node: Node):
-    if node.schema != EMBEDDING_BAG_ROWS:
+    found = _bag_constants(node, EMBEDDING_BAG_ROWS, 2)
+    if found is None:
         return None
-    weight, rows, first, mode = (constant_value(v) for v in node.inputs[2:6])
-    if not isinstance(weight, torch.Tensor) or not isinstance(rows, list) \
-            or type(first) is not int or mode not in (0, 1, 2):
-        return None
+    weight, rows, first, mode = found
     n = len(rows)
-    # per index dtype: each table's first row and row count, as (n, 1) columns, and each
+    # per index dtype: each table's first row and last row index, as (n, 1) columns, and each
     # table's place in the flat indices (t · length) as a (n, 1) column per length
     firsts: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
     starts = list(itertools.accumulate(rows, initial=0))[:-1]
