@@ -75,14 +75,10 @@ EMBEDDING_BAGS = ("static_runtime::embedding_bags(Tensor indices, Tensor weight,
 EMBEDDING_BAG_ROWS = ("static_runtime::embedding_bag_rows(Tensor indices, Tensor offsets, "
                       "Tensor weight, int[] rows, int first, int mode) -> Tensor")
 
-#: ``aten::index`` of ``self`` by ``dim`` full slices and then the 1-D index tensors
-#: ``indices`` on adjacent dimensions (``passes/indexing.py``).
-INDEX_FLAT = "static_runtime::index_flat(Tensor self, int dim, Tensor[] indices) -> Tensor"
-
 #: Every schema this module declares.
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
            LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM, EMBEDDINGS, EMBEDDING_BAGS,
-           EMBEDDING_BAG_ROWS, INDEX_FLAT)
+           EMBEDDING_BAG_ROWS)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

@@ -190,7 +190,6 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     from static_runtime.ops.native import (  # noqa: F401
         containers,
         fused,
-        indexing,
         layout,
         objects,
         prim,

@@ -13,7 +13,7 @@ GraphPass = Callable[[Graph], bool]
 #: Pass names (each is also a ``StaticModuleOptions`` field), in the order they run.
 PASS_ORDER = (
     "inline", "remove_noops", "constant_propagation", "functionalize", "specialize_alpha",
-    "batch_embeddings", "flatten_indexing", "variadic_cat_stack", "merge_tuple_unpacks", "fuse_transformer_encoder",
+    "batch_embeddings", "variadic_cat_stack", "merge_tuple_unpacks", "fuse_transformer_encoder",
     "scalarize_loop_counters", "fold_batchnorm", "pack_linears", "fuse_attention",
     "fuse_rms_norm", "fuse_gelu",
     "fuse_convolution", "channels_last", "fuse_linear_pointwise", "compile_recurrent",

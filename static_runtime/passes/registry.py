@@ -15,7 +15,6 @@ from static_runtime.passes.fold import fold_batchnorm
 from static_runtime.passes.functionalize import functionalize
 from static_runtime.passes.fusion import fuse_attention, fuse_convolution, fuse_linear_pointwise
 from static_runtime.passes.gelu import fuse_gelu
-from static_runtime.passes.indexing import flatten_indexing
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.layout import channels_last
@@ -39,7 +38,6 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "functionalize": functionalize,
         "specialize_alpha": specialize_alpha,
         "batch_embeddings": batch_embeddings,
-        "flatten_indexing": flatten_indexing,
         "variadic_cat_stack": variadic_cat_stack,
         "merge_tuple_unpacks": merge_tuple_unpacks,
         "fuse_transformer_encoder": fuse_transformer_encoder,

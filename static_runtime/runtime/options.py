@@ -51,9 +51,6 @@ class StaticModuleOptions:
     #: (a recommender's sparse features: ``nn.Embedding``, or ``nn.EmbeddingBag`` of a 2-D
     #: input) → one lookup in the tables laid end to end (``passes/embeddings.py``)
     batch_embeddings: bool = True
-    #: indexing by constant 1-D index tensors on adjacent dimensions (``x[:, rows, cols]``)
-    #: → one ``index_select`` of those dimensions flattened (``passes/indexing.py``)
-    flatten_indexing: bool = True
     #: batch_norm (inference) after a convolution with constant weights → folded into them
     fold_batchnorm: bool = True
     #: sibling linears on one input (attention's Q/K/V, a gated MLP's gate and up) with
