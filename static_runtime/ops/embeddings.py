@@ -154,14 +154,16 @@ def _embedding_bags(node: Node):
     packed = _Packed(weight, rows, first)
     bags = torch.embedding_bag
     arange = torch.arange
-    # the bag starts of the latest (count, bag size, dtype): a size's calls share them
-    last: list[Any] = [None, None]
+    # ((count, bag size, dtype), the bag starts) of the latest call: a size's calls share
+    # them. One tuple, replaced whole: the runtimes of a pool call this from their threads.
+    last: list[Any] = [(None, None)]
 
     def bag_starts(total: int, size: int, dtype: torch.dtype) -> torch.Tensor:
         key = (total, size, dtype)
-        if last[0] != key:
-            last[0], last[1] = key, arange(0, total, size, dtype=dtype)
-        return last[1]
+        kept = last[0]
+        if kept[0] != key:
+            kept = last[0] = (key, arange(0, total, size, dtype=dtype))
+        return kept[1]
 
     @labelled(f"{len(rows)} tables' bags ({_MODES[mode]}) in one embedding_bag call")
     def fn(indices, w, rows_, first_, mode_, end=None, step=None):
@@ -194,7 +196,7 @@ def _embedding_bag_rows(node: Node):
     # per dtype: each row's place t in the tables, as an (n, 1) column (× the row length:
     # where its flat indices start end to end); and the latest row length as that column
     places: dict[torch.dtype, torch.Tensor] = {}
-    latest: list[Any] = [None, None]
+    latest: list[Any] = [(None, None)]  # (one tuple, replaced whole: see bag_starts)
 
     def steps(dtype):
         found = places.get(dtype)
@@ -203,9 +205,10 @@ def _embedding_bag_rows(node: Node):
         return found
 
     def ends(length, dtype):
-        if latest[0] != (length, dtype):
-            latest[0], latest[1] = (length, dtype), torch.full((n, 1), length, dtype=dtype)
-        return latest[1]
+        kept = latest[0]
+        if kept[0] != (length, dtype):
+            kept = latest[0] = ((length, dtype), torch.full((n, 1), length, dtype=dtype))
+        return kept[1]
 
     def shifts(dtype):
         """Each table's first row and last row index, as ``(n, 1)`` columns of ``dtype``."""

@@ -313,3 +313,41 @@ def test_a_program_exported_at_one_size_is_batched(model, inputs, kind):
             mod(*other)
     else:
         assert torch.equal(mod(*other), expected)
+
+
+def test_threads_calling_one_module_with_sizes_of_their_own_get_their_own_answers():
+    """The kernels keep the latest size's bag starts; the runtimes of a pool share them from
+    their threads, each with a size of its own. (Kept as two list items, written one after
+    the other, a thread could read another's starts: this failed about one run in four.)"""
+    import threading
+
+    torch.manual_seed(0)
+    model = Bags().eval()
+    flat = FlatBags().eval()
+    mods = [(sr.StaticModule(torch.jit.script(model)), model, _bag_inputs),
+            (sr.StaticModule(torch.jit.script(flat)), flat, _flat_inputs)]
+    errors: list[BaseException] = []
+
+    def worker(batch: int) -> None:
+        try:
+            for _ in range(40):
+                for mod, eager, inputs in mods:
+                    x = inputs(batch)
+                    with torch.no_grad():
+                        assert torch.equal(mod(*x), eager(*x))
+        except BaseException as e:  # noqa: BLE001  (collected, asserted below)
+            errors.append(e)
+
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes, near enough
+    try:
+        threads = [threading.Thread(target=worker, args=(b,)) for b in (2, 5, 9)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]
