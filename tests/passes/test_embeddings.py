@@ -5,6 +5,7 @@ shape sets, and errors where the lookups one by one raise."""
 import pytest
 import torch
 from differential import check
+from switching import run_switching
 from torch import Tensor, nn
 
 import static_runtime as sr
@@ -319,8 +320,6 @@ def test_threads_calling_one_module_with_sizes_of_their_own_get_their_own_answer
     """The kernels keep the latest size's bag starts; the runtimes of a pool share them from
     their threads, each with a size of its own. (Kept as two list items, written one after
     the other, a thread could read another's starts: this failed about one run in four.)"""
-    import threading
-
     torch.manual_seed(0)
     model = Bags().eval()
     flat = FlatBags().eval()
@@ -338,16 +337,5 @@ def test_threads_calling_one_module_with_sizes_of_their_own_get_their_own_answer
         except BaseException as e:  # noqa: BLE001  (collected, asserted below)
             errors.append(e)
 
-    import sys
-
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)  # threads switch between any two bytecodes, near enough
-    try:
-        threads = [threading.Thread(target=worker, args=(b,)) for b in (2, 5, 9)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(interval)
+    run_switching(worker, [(2,), (5,), (9,)])
     assert not errors, errors[0]

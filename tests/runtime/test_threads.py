@@ -7,7 +7,6 @@ checked against TorchScript), under both option sets of ``differential.OPTION_SE
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 from differential import OPTION_SETS, assert_same, check
+from switching import run_switching
 
 import static_runtime as sr
 from static_runtime.models import MODELS
@@ -222,16 +222,7 @@ def test_racing_threads_on_one_runtime_never_see_garbage():
             with lock:
                 counts["ok"] += 1
 
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
+    run_switching(work, [(0,), (1,)])
     assert not problems, problems[0]
     assert counts["ok"] > 0 and counts["refused"] > 0, counts
 
