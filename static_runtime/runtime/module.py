@@ -167,7 +167,7 @@ class StaticModule:
         places."""
         if self.options.executor != "codegen" or self._codes.hot is None:
             return  # (without hot signatures, each signature runs code of its own)
-        self._codes.allocating(program)
+        self._codes.generic(frozenset(), program=program, ahead=True, kept=False)
         base = self._memory.largest.get(shape_free)
         checks = self.out_variant_checks
         refused = checks.refused_slots if checks is not None else frozenset()

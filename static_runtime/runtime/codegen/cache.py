@@ -111,19 +111,24 @@ class CodeCache:
         return code
 
     def generic(self, arena_slots: frozenset[int], record: bool = False,
-                program: Any = None, ahead: bool = False) -> GeneratedCode:
+                program: Any = None, ahead: bool = False, kept: bool = True) -> GeneratedCode:
         """The code for any signature with these values in the arena: no guard, nothing a
         size decides folded, no views taken ahead (the arena tensors' shapes are the
         layout's, whichever it is). ``record``: the variant that also stores every value
         into the executor's value array (``generate``). ``program``: the shape program that
         made the layouts it serves, whose ``spec`` (ranks, dtypes, branches its guards
         decide) it folds. ``ahead``: made before any call runs it (``mod.code`` keeps
-        showing what runs)."""
-        spec = getattr(program, "spec", None)
-        key = (arena_slots, record, id(program) if spec is not None else None)
+        showing what runs). ``kept=False``: the variant that keeps nothing per binding (no
+        memos, no views kept), so that one binding serves every size — what a size's
+        allocating first call runs, with nothing in the arena (``CodegenExecutor.
+        _run_once``)."""
+        key = self._generic_key(arena_slots, record, program, kept)
         with self._lock:
             code = self._generic.get(key)
         if code is None:
+            spec = getattr(program, "spec", None)
+            if spec is not None and not kept:
+                spec = dataclasses.replace(spec, memo=set(), memo_views=set())
             made = function.generate(self.plan, arena_slots, self.title, record=record, spec=spec,
                             structural=spec is not None)
             with self._lock:
@@ -135,27 +140,18 @@ class CodeCache:
             self.latest = code
         return code
 
-    def allocating(self, program: Any) -> GeneratedCode:
-        """The code of every signature ``program`` covers, with nothing in the arena and
-        nothing kept per binding (no memos, no views kept): one function serves all its
-        sizes, each call computing what the program's code would keep. A signature's first
-        call runs it, before (or instead of) a layout of its own."""
-        key = (frozenset(), False, id(program), "allocating")
-        with self._lock:
-            code = self._generic.get(key)
-        if code is None:
-            spec = dataclasses.replace(program.spec, memo=set(), memo_views=set())
-            made = function.generate(self.plan, frozenset(), self.title, spec=spec,
-                                     structural=True)
-            with self._lock:
-                self.generated += 1
-                self._programs[id(program)] = program  # (its id stays its own)
-                code = self._generic.setdefault(key, made)
-        return code
+    def made(self, arena_slots: frozenset[int], record: bool = False, program: Any = None,
+             kept: bool = True) -> GeneratedCode | None:
+        """``generic(...)`` if it was made already, else None (never generates)."""
+        return self._generic.get(self._generic_key(arena_slots, record, program, kept))
 
-    def made_allocating(self, program: Any) -> GeneratedCode | None:
-        """``allocating(program)`` if it was made already, else None (never generates)."""
-        return self._generic.get((frozenset(), False, id(program), "allocating"))
+    @staticmethod
+    def _generic_key(arena_slots: frozenset[int], record: bool, program: Any, kept: bool
+                     ) -> tuple:
+        # (a program without a spec folds nothing, and has nothing to keep: the plain code)
+        spec = getattr(program, "spec", None)
+        return (arena_slots, record, id(program) if spec is not None else None,
+                kept or spec is None)
 
     def pending(self, arena_slots: frozenset[int], layout_id: int,
                 guard: tuple[bool | tuple[str, int], ...], key: tuple,

@@ -167,8 +167,8 @@ class CodegenExecutor(Interpreter):
 
     def _run_once(self, inputs: list[Any]) -> list[Any] | None:
         """While the layout cache is full: a signature's first call, if a shape program of
-        its structure covers it, runs that program's allocating code (``CodeCache.
-        allocating``, made when the program was), and the arena, the layouts, the current
+        its structure covers it, runs that program's allocating code (``CodeCache.generic``
+        with ``kept=False``, made when the program was), and the arena, the layouts, the current
         one and its bindings are left as they are. Its second call lays it out
         (``memory.cache.Sightings``). None when this is not such a call: the caller prepares
         it as any other.
@@ -204,7 +204,7 @@ class CodegenExecutor(Interpreter):
             return None
         fn = self._once.get(id(program))
         if fn is None:
-            code = self.codes.made_allocating(program)
+            code = self.codes.made(frozenset(), program=program, kept=False)
             if code is None:
                 return None  # (the builder is still making it: not made on the request path)
             fn = self._once[id(program)] = code.factory(self._refused, key)
@@ -215,7 +215,7 @@ class CodegenExecutor(Interpreter):
         try:
             outputs = fn(*inputs)
         except BaseException as e:
-            code = self.codes.made_allocating(program)
+            code = self.codes.made(frozenset(), program=program, kept=False)
             for pn in code.nodes_at(_line_in(e, code.filename)):
                 annotate(e, pn)
             raise
