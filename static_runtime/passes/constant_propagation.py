@@ -98,6 +98,18 @@ def constant_value(v: Value) -> tuple[bool, Any]:
     return True, v.node.attrs.get("value")
 
 
+#: What ``constant_or_unknown`` gives for a value no ``prim::Constant`` defines (distinct
+#: from every constant, None included).
+UNKNOWN = object()
+
+
+def constant_or_unknown(v: Value) -> Any:
+    """The constant ``v`` is, or ``UNKNOWN``: for matchers comparing many arguments with
+    expected constants in one expression."""
+    known, value = constant_value(v)
+    return value if known else UNKNOWN
+
+
 def _fold_if(node: Node) -> bool:
     known, cond = constant_value(node.inputs[0])
     if not known or not isinstance(cond, bool):

@@ -48,7 +48,7 @@ from static_runtime.ir import types as T
 from static_runtime.ir.graph import Block, Graph, Node, Value
 from static_runtime.ir.own_ops import EMBEDDING_BAG_ROWS, EMBEDDING_BAGS, EMBEDDINGS
 from static_runtime.passes.alias import AliasDb
-from static_runtime.passes.constant_propagation import constant_value
+from static_runtime.passes.constant_propagation import constant_or_unknown as _const
 
 #: Tables larger than this in all are left alone: batching copies them end to end.
 MAX_TABLE_BYTES = 256 * 2**20
@@ -95,14 +95,6 @@ def batch_embeddings(graph: Graph) -> bool:
                 db = AliasDb(graph)  # (what may write the indices: only where a list is read)
             changed |= _batch_list(graph, node, db)
     return changed
-
-
-def _const(value: Value):
-    known, v = constant_value(value)
-    return v if known else _MISSING
-
-
-_MISSING = object()
 
 
 def _list_elements(cat: Node) -> tuple[Node, list[Node], list[Value]] | None:

@@ -25,15 +25,8 @@ import torch
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Graph, Node, Value
 from static_runtime.ir.own_ops import RMS_NORM
-from static_runtime.passes.constant_propagation import constant_value as _constant
-
-_UNKNOWN = object()
-
-
-def constant_value(value: Value):
-    """The constant ``value`` is, or ``_UNKNOWN``."""
-    known, v = _constant(value)
-    return v if known else _UNKNOWN
+from static_runtime.passes.constant_propagation import UNKNOWN as _UNKNOWN
+from static_runtime.passes.constant_propagation import constant_or_unknown as constant_value
 
 _aten = torch.ops.aten
 _POW = str(_aten.pow.Tensor_Scalar._schema)
