@@ -242,13 +242,9 @@ def _embedding_bag(r: Value) -> _Lookup | None:
         if (flat.offset, starts.offset) != (0, 1) or len(branch.outputs) != 2:
             return None
         taken, other = branch.blocks
-        test = branch.inputs[0].node
-        if test is None or test.schema_name() != "aten::eq.int" or _const(test.inputs[1]) != 2:
+        s = _ranked(branch.inputs[0], 2)
+        if s is None or not _always_raises(other):
             return None
-        rank = test.inputs[0].node
-        if rank is None or rank.schema_name() != "aten::dim" or not _always_raises(other):
-            return None
-        s = rank.inputs[0]
         inner = _flat_and_starts(s, *taken.outputs)
         if inner is None or inner[1] is not None:
             return None
@@ -270,15 +266,26 @@ def _embedding_bag(r: Value) -> _Lookup | None:
     return _Lookup(r, *found, weight, mode, nodes, bounds=bounds)
 
 
-def _checks_only(block: Block) -> bool:
-    """Whether ``block`` computes nothing but rank checks that raise."""
-    for node in block.nodes:
-        if node.kind == "prim::If":
-            if node.outputs or not all(_always_raises(b) or not b.nodes for b in node.blocks):
-                return False
-        elif node.schema_name() not in ("aten::dim", "aten::eq.int", "aten::ne.int"):
-            return False
-    return True
+def _ranked(cond: Value, rank: int, op: str = "aten::eq.int") -> Value | None:
+    """``x`` if ``cond`` is ``op(dim(x), rank)``, else None."""
+    test = cond.node
+    if test is None or test.schema_name() != op or _const(test.inputs[1]) != rank:
+        return None
+    dim = test.inputs[0].node
+    return dim.inputs[0] if dim is not None and dim.schema_name() == "aten::dim" else None
+
+
+def _checks_offsets_rank(block: Block, offsets: Value) -> bool:
+    """Whether ``block`` only raises when ``offsets`` is not 1-D (``if offsets.dim() != 1:
+    raise``) and computes nothing else."""
+    raising = [n for n in block.nodes if n.kind == "prim::If"]
+    if len(raising) != 1 or raising[0].outputs \
+            or _ranked(raising[0].inputs[0], 1, "aten::ne.int") is not offsets:
+        return False
+    taken, other = raising[0].blocks
+    return _always_raises(taken) and not other.nodes and all(
+        n is raising[0] or n.schema_name() in ("aten::dim", "aten::ne.int")
+        for n in block.nodes)
 
 
 def _flat_rows(flat: Value, starts: Value):
@@ -298,14 +305,15 @@ def _flat_rows(flat: Value, starts: Value):
         flat, starts = other.outputs
         inner = starts.node
         if inner is None or inner.kind != "prim::If" or inner.owning_block is not other \
-                or len(inner.outputs) != 1 or not _always_raises(inner.blocks[1]):
+                or len(inner.outputs) != 1 or not _always_raises(inner.blocks[1]) \
+                or _ranked(branch.inputs[0], 2) is not flat \
+                or _ranked(inner.inputs[0], 1) is not flat:
             return None
         checked = inner.blocks[0]
-        if not _checks_only(checked):
-            return None
         starts = checked.outputs[0]
-        if any(n is not inner and n.schema_name() not in ("aten::eq.int",)
-               for n in other.nodes):
+        if not _checks_offsets_rank(checked, starts):
+            return None
+        if any(n is not inner and n.schema_name() != "aten::eq.int" for n in other.nodes):
             return None
         prologue = [branch]
     found = _column(flat, 0)
