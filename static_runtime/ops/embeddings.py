@@ -69,25 +69,47 @@ def embedding_bag_rows_reference(indices, offsets, weight, rows, first, mode):
 
 
 class _Packed:
-    """What a node's kernel keeps: the tables, and per index dtype their first rows and row
-    counts shaped to broadcast over a ``(batch, tables, ...)`` slice of the indices."""
+    """What a node's kernel keeps: the tables laid end to end, and per index dtype and rank
+    each table's first and last row, shaped to broadcast over the indices with the tables
+    along ``axis`` (1: columns of a ``(batch, tables, ...)`` tensor; 0: rows of flat
+    indices)."""
 
-    def __init__(self, weight: torch.Tensor, rows: list[int], first: int):
-        self.weight, self.rows, self.first, self.n = weight, rows, first, len(rows)
+    def __init__(self, weight: torch.Tensor, rows: list[int], first: int, axis: int = 1):
+        self.weight, self.rows, self.first, self.n, self.axis = weight, rows, first, len(rows), axis
         self.width = int(weight.shape[1])
         self.uniform = len(set(rows)) == 1
         self._shifts: dict[tuple[torch.dtype, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def shifts(self, dtype: torch.dtype, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(first row, rows)`` of each table as ``dtype`` tensors of shape ``(1, n, 1…)``."""
+        """``(first row, last row)`` of each table as ``dtype`` tensors of rank ``rank``, the
+        tables along ``axis``."""
         key = (dtype, rank)
         found = self._shifts.get(key)
         if found is None:
-            shape = (1, self.n) + (1,) * (rank - 2)
+            shape = [1] * rank
+            shape[self.axis] = self.n
             starts = list(itertools.accumulate(self.rows, initial=0))[:-1]
             found = self._shifts[key] = (torch.tensor(starts, dtype=dtype).view(shape),
-                                         torch.tensor(self.rows, dtype=dtype).view(shape))
+                                         torch.tensor(self.rows, dtype=dtype).view(shape) - 1)
         return found
+
+    def tables_of(self, indices: torch.Tensor) -> torch.Tensor:
+        """The slice of ``indices`` (along ``axis``) these tables look up."""
+        if self.first or indices.shape[self.axis] != self.n:
+            return indices.narrow(self.axis, self.first, self.n)
+        return indices
+
+    def in_range(self, x: torch.Tensor) -> bool:
+        """Whether every index of ``x`` (``tables_of``'s) is a row of its own table. (End to
+        end, an index past its table reads the next one's.) Tables of one size: one
+        ``aminmax`` pass. Otherwise ``0 ≤ i ≤ last`` both at once: the sign bit of
+        ``i | (last - i)`` is set iff one of them is negative (two temporaries: at 300 × 8 × 4
+        indices 16.9 µs against aminmax's 6.0, and 22.0 for ``min`` and ``lt(...).all()``)."""
+        if self.uniform:
+            low, high = torch.aminmax(x)
+            return not (low < 0 or high >= self.rows[0])
+        _, last = self.shifts(x.dtype, x.dim())
+        return not torch.bitwise_or(x, torch.sub(last, x)).min() < 0
 
     def columns(self, indices: Any) -> torch.Tensor | None:
         """The indices' columns of these tables, if the kernel takes them and every index is
@@ -96,18 +118,8 @@ class _Packed:
                 and indices.is_cpu and indices.dim() >= 2
                 and indices.shape[1] >= self.first + self.n and indices.numel() > 0):
             return None
-        x = indices
-        if self.first or indices.shape[1] != self.n:
-            x = indices.narrow(1, self.first, self.n)
-        if self.uniform:
-            low, high = torch.aminmax(x)
-            if low < 0 or high >= self.rows[0]:
-                return None
-        else:
-            _, bounds = self.shifts(x.dtype, x.dim())
-            if x.min() < 0 or not torch.lt(x, bounds).all():
-                return None
-        return x
+        x = self.tables_of(indices)
+        return x if self.in_range(x) else None
 
 
 def _bag_constants(node: Node, schema: str, at: int
@@ -188,11 +200,8 @@ def _embedding_bag_rows(node: Node):
         return None
     weight, rows, first, mode = found
     n = len(rows)
-    # per index dtype: each table's first row and last row index, as (n, 1) columns, and each
-    # table's place in the flat indices (t · length) as a (n, 1) column per length
-    firsts: dict[torch.dtype, tuple[torch.Tensor, torch.Tensor]] = {}
-    starts = list(itertools.accumulate(rows, initial=0))[:-1]
-    bags, bitwise_or, sub, diff = torch.embedding_bag, torch.bitwise_or, torch.sub, torch.diff
+    packed = _Packed(weight, rows, first, axis=0)
+    bags, diff = torch.embedding_bag, torch.diff
     # per dtype: each row's place t in the tables, as an (n, 1) column (× the row length:
     # where its flat indices start end to end); and the latest row length as that column
     places: dict[torch.dtype, torch.Tensor] = {}
@@ -210,14 +219,6 @@ def _embedding_bag_rows(node: Node):
             kept = latest[0] = ((length, dtype), torch.full((n, 1), length, dtype=dtype))
         return kept[1]
 
-    def shifts(dtype):
-        """Each table's first row and last row index, as ``(n, 1)`` columns of ``dtype``."""
-        found = firsts.get(dtype)
-        if found is None:
-            found = firsts[dtype] = (torch.tensor(starts, dtype=dtype).view(n, 1),
-                                     torch.tensor(rows, dtype=dtype).view(n, 1) - 1)
-        return found
-
     def fast(indices, offsets):
         """The stacked lookups in one call, or None where the kernel does not take them:
         every index in its own table, every row's bag starts from 0, not decreasing, within
@@ -230,14 +231,11 @@ def _embedding_bag_rows(node: Node):
                 and offsets.shape[0] >= first + n and offsets.shape[1] > 0
                 and indices.shape[1] > 0):
             return None
-        x = indices.narrow(0, first, n) if indices.shape[0] != n or first else indices
-        o = offsets.narrow(0, first, n) if offsets.shape[0] != n or first else offsets
-        start, last = shifts(x.dtype)
-        length = x.shape[1]
-        # 0 ≤ i ≤ last row, both at once: the sign bit of i | (last - i) is set iff one is
-        # negative
-        if bitwise_or(x, sub(last, x)).min() < 0:
+        x, o = packed.tables_of(indices), packed.tables_of(offsets)
+        if not packed.in_range(x):
             return None
+        start, _ = packed.shifts(x.dtype, 2)
+        length = x.shape[1]
         # every row of bag starts from 0, not decreasing, none past the row's length
         if o[:, 0].any() or diff(o, dim=1, append=ends(length, o.dtype)).min() < 0:
             return None

@@ -95,13 +95,15 @@ def test_embeddings_by_columns_after_the_first(rank):
     assert "aten::embedding" not in _kinds(mods["default"])
 
 
-def test_an_index_outside_its_own_table_raises_as_before():
+@pytest.mark.parametrize("rows", [(50, 30, 70, 20), (30, 30, 30, 30)])
+def test_an_index_outside_its_own_table_raises_as_before(rows):
     """The tables laid end to end would read the next table's row: the kernel checks each
-    index against its own table and lets the lookups raise."""
+    index against its own table (tables of one size and of several: two checks) and lets
+    the lookups raise."""
     torch.manual_seed(0)
-    model = Bags().eval()
+    model = Bags(rows).eval()
     mod = sr.StaticModule(torch.jit.script(model))
-    dense, sparse = _bag_inputs(4)
+    dense, sparse = _bag_inputs(4, rows)
     assert torch.equal(mod(dense, sparse), model(dense, sparse))
     for bad in (30, -1):  # table 1 has 30 rows; 30 is a row of table 2 end to end
         wrong = sparse.clone()
@@ -231,15 +233,16 @@ def test_traced_rows_are_batched_too():
             assert torch.equal(mod(*x), model(*x))
 
 
+@pytest.mark.parametrize("rows", [(30, 50, 20), (30, 30, 30)])
 @pytest.mark.parametrize("bad", ["index past its table", "negative index", "first start not 0",
                                  "starts decreasing", "start past the length"])
-def test_what_the_tables_end_to_end_would_hide_runs_the_lookups_one_by_one(bad):
+def test_what_the_tables_end_to_end_would_hide_runs_the_lookups_one_by_one(bad, rows):
     """Each of these would read (or bag) another table's indices end to end: the kernel
     checks them and the lookups one by one compute or raise what they did before."""
     torch.manual_seed(0)
-    model = FlatBags().eval()
+    model = FlatBags(rows).eval()
     mod = sr.StaticModule(torch.jit.script(model))
-    dense, indices, offsets = _flat_inputs(5)
+    dense, indices, offsets = _flat_inputs(5, rows)
     mod(dense, indices, offsets)
     indices, offsets = indices.clone(), offsets.clone()
     if bad == "index past its table":
