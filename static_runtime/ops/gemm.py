@@ -149,9 +149,28 @@ class GemmKernels:
             raise ValueError(f"no GEMM kernel named {name!r}; there are {sorted(makers)}")
         return makers[name](rows)
 
+    def direct(self, name: str, rows: int) -> Callable[[torch.Tensor, torch.Tensor], None] | None:
+        """Kernel ``name``'s call for ``rows`` rows that checks nothing, ``(x, o) -> None``
+        (``x`` and ``o`` contiguous float32 CPU tensors of ``rows`` rows of K and of N, any
+        rank), or None where the kernel has none (all but ours with its activation inside)."""
+        if name != "native" or self.attr not in ckernels.ACTIVATIONS:
+            return None
+        if self._native is None:
+            self._native = ckernels.Gemm(self.weight_t, self.bias, self.attr)
+        return self._native.direct(rows)
+
     def _aten(self, rows: int):
         weight_t, bias, act_ = self.weight_t, self.bias, self.act_
         addmm, mm = torch.addmm, torch.mm
+        if act_ is None:  # one frame less: ~0.1 µs of a 1 µs product
+            if bias is None:
+                def aten(x2, o2):
+                    return mm(x2, weight_t) if o2 is None else mm(x2, weight_t, out=o2)
+            else:
+                def aten(x2, o2):
+                    return addmm(bias, x2, weight_t) if o2 is None \
+                        else addmm(bias, x2, weight_t, out=o2)
+            return aten
 
         def aten(x2, o2):
             if o2 is None:
@@ -223,32 +242,36 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     names = candidate_names()
     any_rank = None in ranks
     #: (rows, threads) → the kernel, and the choice it came from
-    chosen: dict[tuple[int, int], Callable[..., torch.Tensor]] = {}
-    choices: dict[tuple[int, int], Any] = {}
+    #: (rows, threads, allocating) → (the kernel, its name), and the choice it came from
+    chosen: dict[tuple[int, int, bool], tuple[Callable[..., torch.Tensor], str]] = {}
+    choices: dict[tuple[int, int, bool], Any] = {}
     #: (row-count bucket, threads) → the kernel measured for the bucket's first row count,
     #: which serves its other row counts unmeasured (``_bucket``; not MKL's, packed per row
     #: count: that one is measured for each)
-    by_bucket: dict[tuple[int, int], Callable[..., torch.Tensor]] = {}
+    by_bucket: dict[tuple[int, int, bool], tuple[Callable[..., torch.Tensor], str]] = {}
     threads = torch.get_num_threads
     f32 = torch.float32
+    empty = torch.empty
     wstride = tuple(weight_t.stride())
     (i1, c1), (i2, c2) = (constants * 2)[:2]
-    #: The last call's layout, so that the next call of the same shapes (the arena hands the
-    #: same out tensor on every call of a layout) checks a few facts instead of folding and
-    #: looking up again: out form (out, x's shape, threads, kernel, out as (rows, n) or None
-    #: if x is already a matrix, rows); allocating form (x's shape, threads, kernel, rows).
-    #: Read as one tuple: concurrent runtimes at worst replace each other's entry.
+    #: The last call's shapes, so that the next call of the same shapes (the arena hands the
+    #: same out tensor on every call of a layout) checks a few facts and makes one call
+    #: instead of folding and looking up again: out form (out, x's shape, threads,
+    #: ``call(x, out)``); allocating form (x's shape, threads, ``call(x) -> result``). Read as
+    #: one tuple: concurrent runtimes at worst replace each other's entry.
     last_out: list[tuple | None] = [None]
     last_fn: list[tuple | None] = [None]
 
-    def decide(x2: torch.Tensor, o2: torch.Tensor | None, key: tuple[int, int]):
+    def decide(x2: torch.Tensor, o2: torch.Tensor | None, key: tuple[int, int, bool]):
         rows = key[0]
-        scratch = o2 if o2 is not None else x2.new_empty((rows, n))
+        # An allocating call is timed allocating: ATen allocates in C++, ours from Python
+        # (~0.6 µs, a third of a 1 × 64 · 64 × 64 product's call)
         problem = (f"{op} float32 M={rows} K={k} N={n} x={tuple(x2.stride())} w={wstride} "
-                   f"bias={bias is not None}")
+                   f"bias={bias is not None}{' allocating' if o2 is None else ''}")
 
-        def make():
-            return {name: _bound(kernels.kernel(name, rows), x2, scratch) for name in names}
+        def make():  # each as it will run: ours by its unchecked call
+            return {name: _bound(kernels.kernel(name, rows), x2, o2,
+                                 kernels.direct(name, rows), n) for name in names}
 
         choice = chooser.choose(problem, names, make, default="aten")
         if choice.name != "mkl":
@@ -257,11 +280,12 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
             kernels.drop_native()  # its packed copy of the weight serves no row count
         kernel = kernels.kernel(choice.name, rows)
         if not choice.how.startswith("default (another"):
-            chosen[key] = kernel
+            chosen[key] = (kernel, choice.name)
             choices[key] = choice
             if choice.name != "mkl":
-                by_bucket.setdefault((_bucket(rows), key[1]), kernel)
-        return kernel
+                by_bucket.setdefault((_bucket(rows), *key[1:]), (kernel, choice.name))
+            return kernel, choice.name, True
+        return kernel, choice.name, False
 
     def fold(x: torch.Tensor):
         """``x`` as a contiguous (rows, k) matrix, or None."""
@@ -278,22 +302,36 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         return None
 
     def kernel_for(x2, o2):
-        """The kernel for ``x2``'s row count, and whether it is settled (measured for it or
-        its bucket; not the default serving while another call measures)."""
-        rows, t = x2.shape[0], threads()
-        kernel = chosen.get((rows, t)) or by_bucket.get((_bucket(rows), t))
-        if kernel is not None:
-            return kernel, True
-        kernel = decide(x2, o2, (rows, t))
-        return kernel, kernel is chosen.get((rows, t))
+        """The kernel for ``x2``'s row count, its name, and whether it is settled (measured
+        for it or its bucket; not the default serving while another call measures)."""
+        rows, t, allocating = x2.shape[0], threads(), o2 is None
+        found = chosen.get((rows, t, allocating)) \
+            or by_bucket.get((_bucket(rows), t, allocating))
+        if found is not None:
+            return (*found, True)
+        return decide(x2, o2, (rows, t, allocating))
 
     def fn_slow(x, args):
         x2 = fold(x)
         if x2 is None:
             return default_fn(*args)
-        kernel, settled = kernel_for(x2, None)
+        kernel, name, settled = kernel_for(x2, None)
+        rows = x2.shape[0]
         if settled:
-            last_fn[0] = (x.shape, threads(), kernel, x2.shape[0])
+            direct = kernels.direct(name, rows)
+            shape = (*x.shape[:-1], n)
+            if direct is not None:
+                def call(x):
+                    y = empty(*shape)
+                    direct(x, y)
+                    return y
+            elif x2 is x:
+                def call(x):
+                    return kernel(x, None)
+            else:
+                def call(x):
+                    return kernel(x.view(rows, k), None).view(shape)
+            last_fn[0] = (x.shape, threads(), call)
         y = kernel(x2, None)
         return y if x2 is x else y.view(*x.shape[:-1], n)
 
@@ -302,11 +340,9 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         if args[i1] is c1 and args[i2] is c2:
             x = args[x_index]
             c = last_fn[0]
-            if c is not None and x.shape == c[0] and x.dtype is f32 and x.is_contiguous() \
-                    and c[1] == threads():
-                if x.dim() == 2:
-                    return c[2](x, None)
-                return c[2](x.view(c[3], k), None).view(*x.shape[:-1], n)
+            if c is not None and x.shape == c[0] and x.dtype is f32 and x.is_cpu \
+                    and x.is_contiguous() and c[1] == threads():
+                return c[2](x)
             return fn_slow(x, args)
         return default_fn(*args)
 
@@ -314,11 +350,18 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         x2 = fold(x)
         if x2 is None or not out.is_contiguous() or out.shape != (*x.shape[:-1], n):
             return default_out(out, *args)
-        o2 = out if x2 is x else out.view(x2.shape[0], n)
-        kernel, settled = kernel_for(x2, o2)
+        rows = x2.shape[0]
+        o2 = out if x2 is x else out.view(rows, n)
+        kernel, name, settled = kernel_for(x2, o2)
         if settled:
-            last_out[0] = (out, x.shape, threads(), kernel, None if x2 is x else o2,
-                           x2.shape[0])
+            call = kernels.direct(name, rows)
+            if call is None:
+                if x2 is x:
+                    call = kernel
+                else:
+                    def call(x, _, o2=o2):
+                        kernel(x.view(rows, k), o2)
+            last_out[0] = (out, x.shape, threads(), call)
         kernel(x2, o2)
         return out
 
@@ -328,12 +371,8 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
             x = args[x_index]
             c = last_out[0]
             if c is not None and c[0] is out and x.shape == c[1] and x.dtype is f32 \
-                    and x.is_contiguous() and c[2] == threads():
-                o2 = c[4]
-                if o2 is None:
-                    c[3](x, out)
-                else:
-                    c[3](x.view(c[5], k), o2)
+                    and x.is_cpu and x.is_contiguous() and c[2] == threads():
+                c[3](x, out)
                 return out
             return out_slow(out, x, args)
         return default_out(out, *args)
@@ -341,14 +380,15 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     def status() -> str:
         if not choices:
             return "no kernel chosen yet"
-        return "; ".join(f"M={rows} threads={t}: {c.describe()}"
-                         for (rows, t), c in sorted(choices.items())) + (
+        return "; ".join(f"M={rows} threads={t}{' allocating' if alloc else ''}: "
+                         f"{c.describe()}"
+                         for (rows, t, alloc), c in sorted(choices.items())) + (
             " (other row counts up to the next power of two: their bucket's choice)"
             if by_bucket else "")
 
     for f in (fn, out_fn):
         f.status = status  # type: ignore[attr-defined]
-        #: (rows, threads) → ``Choice``; what is chosen, for benchmarks and tools
+        #: (rows, threads, allocating) → ``Choice``; what is chosen, for benchmarks and tools
         f.choices = choices  # type: ignore[attr-defined]
         #: the product: (op, k, n, has bias, epilogue)
         f.problem = (op, k, n, bias is not None, attr)  # type: ignore[attr-defined]
@@ -364,5 +404,17 @@ def _bucket(rows: int) -> int:
     return 1 << (rows - 1).bit_length() if rows > 1 else 1
 
 
-def _bound(kernel: Callable[..., torch.Tensor], x2: torch.Tensor, o2: torch.Tensor):
-    return lambda: kernel(x2, o2)
+def _bound(kernel: Callable[..., torch.Tensor], x2: torch.Tensor, o2: torch.Tensor | None,
+           direct: Callable[..., None] | None, n: int):
+    """The candidate as a call of no arguments: ``kernel(x2, o2)``, or ``direct`` (writing
+    ``o2``, or a tensor it allocates as the allocating call does) where there is one."""
+    if direct is None:
+        return lambda: kernel(x2, o2)
+    empty, shape = torch.empty, (x2.shape[0], n)
+
+    def run():
+        y = o2 if o2 is not None else empty(*shape)
+        direct(x2, y)
+        return y
+
+    return run

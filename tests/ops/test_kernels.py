@@ -107,6 +107,32 @@ def test_row_counts_up_to_the_same_power_of_two_share_a_measured_choice(name, mo
     assert "their bucket's choice" in mod.describe()
 
 
+@pytest.mark.parametrize("name", gemm.candidate_names())
+@pytest.mark.parametrize("bias", [True, False])
+def test_repeated_shapes_take_the_short_call_and_still_check_their_input(name, bias,
+                                                                         monkeypatch):
+    """After a shape's first call, its next calls go straight to the kernel (ours without
+    its checks); an input of those shapes that the kernel cannot read — strided, on another
+    device — still gets the general path, which computes it or raises as eager does."""
+    monkeypatch.setattr(KernelChooser, "choose",
+                        lambda self, key, names, make, default: Choice(name, {}, "forced"))
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(32, 24, bias=bias), nn.ReLU(), nn.Linear(24, 8)).eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    for shape in ((2, 3, 32), (5, 32), (2, 3, 32), (32,), (5, 32)):
+        for _ in range(3):
+            x = torch.randn(shape)
+            before = x.clone()
+            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-5)
+            assert torch.equal(x, before)
+    strided = torch.randn(2, 3, 64)[..., ::2]
+    torch.testing.assert_close(mod(strided), model(strided), rtol=1e-4, atol=1e-5)
+    with pytest.raises(RuntimeError):
+        mod(torch.randn(2, 3, 32, device="meta"))
+    x = torch.randn(2, 3, 32)
+    torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-5)
+
+
 def test_other_dtype_and_non_contiguous_run_the_default():
     lin = nn.Linear(16, 8).eval()
     mod = sr.StaticModule(torch.jit.script(lin), MEASURE)
@@ -246,6 +272,19 @@ def test_corrupt_cache_warns_and_is_rewritten(tmp_path):
         warnings.simplefilter("error")
         cache.put("a", {"choice": "aten", "us": {}})
     assert DiskCache(path).get("a") == {"choice": "aten", "us": {}}
+
+
+def test_an_older_releases_cache_is_measured_again_without_a_warning(tmp_path):
+    path = tmp_path / "kernels.json"
+    path.write_text(json.dumps({"format": kernels.CACHE_FORMAT - 1,
+                                "entries": {"a": {"choice": "aten", "us": {}}}}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cache = DiskCache(path)
+        assert cache.get("a") is None
+        cache.put("b", {"choice": "native", "us": {}})
+    data = json.loads(path.read_text())
+    assert data["format"] == kernels.CACHE_FORMAT and set(data["entries"]) == {"b"}
 
 
 def test_key_names_threads_and_cpu(tmp_path):
