@@ -16,7 +16,8 @@ PASS_ORDER = (
     "batch_embeddings", "variadic_cat_stack", "merge_tuple_unpacks", "fuse_transformer_encoder",
     "scalarize_loop_counters", "fold_batchnorm", "pack_linears", "fuse_attention",
     "fuse_rms_norm", "fuse_gelu",
-    "fuse_convolution", "channels_last", "fuse_linear_pointwise", "compile_recurrent",
+    "fuse_convolution", "channels_last", "fuse_linear_pointwise", "fuse_linear_activation",
+    "compile_recurrent",
     "eliminate_dead_code", "fuse_regions", "inplace_activations",
 )
 

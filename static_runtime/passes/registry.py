@@ -13,7 +13,12 @@ from static_runtime.passes.dead_code import eliminate_dead_code
 from static_runtime.passes.embeddings import batch_embeddings
 from static_runtime.passes.fold import fold_batchnorm
 from static_runtime.passes.functionalize import functionalize
-from static_runtime.passes.fusion import fuse_attention, fuse_convolution, fuse_linear_pointwise
+from static_runtime.passes.fusion import (
+    fuse_attention,
+    fuse_convolution,
+    fuse_linear_activation,
+    fuse_linear_pointwise,
+)
 from static_runtime.passes.gelu import fuse_gelu
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
@@ -50,6 +55,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "fuse_convolution": fuse_convolution,
         "channels_last": channels_last,
         "fuse_linear_pointwise": fuse_linear_pointwise,
+        "fuse_linear_activation": fuse_linear_activation,
         "compile_recurrent": compile_recurrent,
         "eliminate_dead_code": eliminate_dead_code,
         "fuse_regions": fuse_regions,

@@ -77,6 +77,10 @@ class StaticModuleOptions:
     #: prepacked linear from 8 rows on (0.4–0.9 × the time of addmm + activation there) and
     #: addmm + the activation in place below (benchmarks/onednn_postops.py --sweep)
     fuse_linear_pointwise: bool = True
+    #: with ``kernel_choice="measure"``: a smaller linear and the activation after it → the
+    #: same fused node, whose measured kernel applies the activation in its epilogue
+    #: (``passes/fusion.py``)
+    fuse_linear_activation: bool = True
     #: an exported nn.TransformerEncoderLayer → aten::_transformer_encoder_layer_fwd
     fuse_transformer_encoder: bool = True
     #: runs of small operators → ``static_runtime::fused_region`` (only with a
@@ -189,4 +193,5 @@ class StaticModuleOptions:
         enabled["compile_recurrent"] &= self.fusion_compiler is not None
         enabled["channels_last"] &= self.fuse_convolution
         enabled["fuse_rms_norm"] &= self.kernel_choice == "measure"
+        enabled["fuse_linear_activation"] &= self.kernel_choice == "measure"
         return enabled

@@ -436,6 +436,48 @@ def test_linear_not_fused_when_small_or_its_output_has_other_users():
     check(net, [rows(2, 64)], [rows(9, 64)])
 
 
+class SmallTower(WideTower):
+    """WideTower at a width where ``fuse_linear_pointwise`` leaves the linears alone."""
+
+    def __init__(self):
+        super().__init__(width=48)
+
+
+MEASURE = sr.StaticModuleOptions(kernel_choice="measure", verify_memory_plans=True)
+
+
+def test_measured_small_linears_take_their_activation_along(tmp_path, monkeypatch):
+    """Under measured kernels a small linear and its activation are one node (the kernel
+    applies it in its epilogue); not without them, nor where the output has another user."""
+    monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path))
+    net = torch.jit.script(SmallTower().eval())
+    assert "static_runtime::linear_pointwise" not in kinds(net)
+    ks = kinds(net, MEASURE)
+    assert ks.count("static_runtime::linear_pointwise") == 9 and ks.count("aten::linear") == 1
+    check(net, [rows(2, 48)], [rows(3, 9, 48)], options={"measure": MEASURE})
+    check(net, [rows(48)], [rows(2, 4, 48)[:, 1]], options={"measure": MEASURE})
+    graph = sr.prepare(script(torch.jit.script(LinearNotFused().eval())), MEASURE)
+    acts = [n.inputs[3].node.attrs["value"] for n in graph.walk()
+            if n.kind == "static_runtime::linear_pointwise"]
+    assert sorted(acts) == ["none", "none", "relu"]  # `big`'s output has two users
+    off = sr.StaticModuleOptions(kernel_choice="measure", fuse_linear_activation=False)
+    assert "static_runtime::linear_pointwise" not in kinds(net, off)
+
+
+def test_a_small_fused_linear_never_runs_onednn_unmeasured(tmp_path, monkeypatch):
+    """Where the measured kernels do not run (here a strided input), a small fused linear
+    runs addmm + its activation, as the two nodes did: oneDNN's fixed cost pays back only on
+    large weights."""
+    monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path))
+    model = SmallTower().eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    strided = rows(16, 2, 48)[:, 1]
+    mod(strided)  # (measures the later layers' kernels, oneDNN's among them)
+    ops = ran(lambda: mod(strided))
+    assert "mkldnn::_linear_pointwise" not in ops and "aten::addmm" in ops
+    torch.testing.assert_close(mod(strided), model(strided))
+
+
 def test_linear_with_non_constant_or_double_weight_is_not_fused():
     src = """
 def f(x: torch.Tensor, w: torch.Tensor):

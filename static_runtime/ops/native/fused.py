@@ -46,6 +46,8 @@ composition as their implementation, so the fallback tier could run them.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from static_runtime.ir.graph import Node
@@ -61,6 +63,7 @@ from static_runtime.ops.registry import (
     register_native,
     register_out_variant,
 )
+from static_runtime.passes.fusion import LINEAR_MIN_WEIGHT
 
 #: Batch × head slices from which masked attention may run the fused kernel, and up to which
 #: unmasked attention on contiguous tensors does (``_sdpa_faster``).
@@ -415,7 +418,10 @@ def _linear_pointwise(node: Node):
     addmm, mm = torch.addmm, torch.mm
     pointwise = torch.ops.mkldnn._linear_pointwise.default
     reorder = torch.ops.mkldnn._reorder_linear_weight
-    min_rows = ONEDNN_LINEAR_MIN_ROWS
+    # oneDNN's fixed cost pays back from 8 rows only on large weights; a smaller one is here
+    # because fuse_linear_activation took its activation along (for the measured kernels;
+    # this runs when they do not: another dtype, a strided input, a spent budget)
+    min_rows = ONEDNN_LINEAR_MIN_ROWS if weight.numel() >= LINEAR_MIN_WEIGHT else sys.maxsize
     #: the weight in oneDNN's layout, made on the first product large enough to use it
     #: (two threads racing both make it; either copy is right)
     packed: list[torch.Tensor | None] = [None]
@@ -436,7 +442,10 @@ def _linear_pointwise(node: Node):
 
     # The fast path needs the constants it was prepared for (an identity check): a planning
     # run on meta tensors passes meta copies, which take the general path.
-    @labelled(f"oneDNN _linear_pointwise ({attr}) from {min_rows} rows, else addmm + {attr}")
+    label = f"oneDNN _linear_pointwise ({attr}) from {min_rows} rows, else addmm" \
+        if min_rows < sys.maxsize else "addmm"
+
+    @labelled(f"{label} + {attr}")
     def fn(x, w, b, attr_):
         if w is weight and b is bias and x.dtype is torch.float32 and x.device.type == "cpu" \
                 and x.dim() >= 1 and x.shape[-1] == k:
@@ -449,7 +458,7 @@ def _linear_pointwise(node: Node):
         out = linear(x, w, b)
         return out if act is None else act(out)
 
-    @labelled(f"oneDNN _linear_pointwise ({attr}) from {min_rows} rows, else addmm(out=) + "
+    @labelled(f"{label}(out=) + "
               f"{attr} (rank >= 3 folded to 2-D)")
     def out_fn(out, x, w, b, attr_):
         if w is weight and b is bias and x.dtype is torch.float32 and x.device.type == "cpu" \
