@@ -73,10 +73,8 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
             return {name: _bound(kernels.kernel(name), x) for name in names}
 
         choice = chooser.choose(problem, names, make, default="onednn")
-        kernel = kernels.kernel(choice.name)
-        if not choice.how.startswith("default (another"):
-            chosen[key] = kernel
-            choices[key] = choice
+        kernel = chosen[key] = kernels.kernel(choice.name)
+        choices[key] = choice
         return kernel
 
     @labelled(f"conv2d_pointwise ({attr}): kernel chosen per input shape by measurement")

@@ -279,13 +279,11 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         if choice.name != "native" and not any(c.name == "native" for c in choices.values()):
             kernels.drop_native()  # its packed copy of the weight serves no row count
         kernel = kernels.kernel(choice.name, rows)
-        if not choice.how.startswith("default (another"):
-            chosen[key] = (kernel, choice.name)
-            choices[key] = choice
-            if choice.name != "mkl":
-                by_bucket.setdefault((_bucket(rows), *key[1:]), (kernel, choice.name))
-            return kernel, choice.name, True
-        return kernel, choice.name, False
+        chosen[key] = (kernel, choice.name)
+        choices[key] = choice
+        if choice.name != "mkl":
+            by_bucket.setdefault((_bucket(rows), *key[1:]), (kernel, choice.name))
+        return kernel, choice.name
 
     def fold(x: torch.Tensor):
         """``x`` as a contiguous (rows, k) matrix, or None."""
@@ -302,36 +300,32 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         return None
 
     def kernel_for(x2, o2):
-        """The kernel for ``x2``'s row count, its name, and whether it is settled (measured
-        for it or its bucket; not the default serving while another call measures)."""
+        """The kernel for ``x2``'s row count (measured for it or its bucket), its name."""
         rows, t, allocating = x2.shape[0], threads(), o2 is None
-        found = chosen.get((rows, t, allocating)) \
-            or by_bucket.get((_bucket(rows), t, allocating))
-        if found is not None:
-            return (*found, True)
-        return decide(x2, o2, (rows, t, allocating))
+        return chosen.get((rows, t, allocating)) \
+            or by_bucket.get((_bucket(rows), t, allocating)) \
+            or decide(x2, o2, (rows, t, allocating))
 
     def fn_slow(x, args):
         x2 = fold(x)
         if x2 is None:
             return default_fn(*args)
-        kernel, name, settled = kernel_for(x2, None)
+        kernel, name = kernel_for(x2, None)
         rows = x2.shape[0]
-        if settled:
-            direct = kernels.direct(name, rows)
-            shape = (*x.shape[:-1], n)
-            if direct is not None:
-                def call(x):
-                    y = empty(*shape)
-                    direct(x, y)
-                    return y
-            elif x2 is x:
-                def call(x):
-                    return kernel(x, None)
-            else:
-                def call(x):
-                    return kernel(x.view(rows, k), None).view(shape)
-            last_fn[0] = (x.shape, threads(), call)
+        direct = kernels.direct(name, rows)
+        shape = (*x.shape[:-1], n)
+        if direct is not None:
+            def call(x):
+                y = empty(*shape)
+                direct(x, y)
+                return y
+        elif x2 is x:
+            def call(x):
+                return kernel(x, None)
+        else:
+            def call(x):
+                return kernel(x.view(rows, k), None).view(shape)
+        last_fn[0] = (x.shape, threads(), call)
         y = kernel(x2, None)
         return y if x2 is x else y.view(*x.shape[:-1], n)
 
@@ -352,16 +346,15 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
             return default_out(out, *args)
         rows = x2.shape[0]
         o2 = out if x2 is x else out.view(rows, n)
-        kernel, name, settled = kernel_for(x2, o2)
-        if settled:
-            call = kernels.direct(name, rows)
-            if call is None:
-                if x2 is x:
-                    call = kernel
-                else:
-                    def call(x, _, o2=o2):
-                        kernel(x.view(rows, k), o2)
-            last_out[0] = (out, x.shape, threads(), call)
+        kernel, name = kernel_for(x2, o2)
+        call = kernels.direct(name, rows)
+        if call is None:
+            if x2 is x:
+                call = kernel
+            else:
+                def call(x, _, o2=o2):
+                    kernel(x.view(rows, k), o2)
+        last_out[0] = (out, x.shape, threads(), call)
         kernel(x2, o2)
         return out
 

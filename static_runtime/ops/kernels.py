@@ -219,7 +219,8 @@ class KernelChooser:
         self.measured = 0
         self.cached = 0
         self.skipped = 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the counters
+        self._measuring = threading.Lock()  # one measurement at a time
 
     def full_key(self, key: str, names: tuple[str, ...]) -> str:
         """The cache key: ``key``, the candidates (a choice made without a kernel that is
@@ -240,26 +241,28 @@ class KernelChooser:
                make: Callable[[], dict[str, Candidate]], default: str) -> Choice:
         """The fastest of the candidates ``make()`` returns (``names`` are the ones it may
         return; ``default`` is among them and is the reference the others are checked
-        against). Measures only on a cache miss and while the budget lasts; another thread
-        measuring already → the default, for now."""
+        against). Measures only on a cache miss and while the budget lasts. A call that
+        finds another measuring waits for it (then looks again): serving the default
+        meanwhile would give that call other bits than the same call gives later."""
         remembered = self.lookup(key, names)
         if remembered is not None:
             return remembered
-        if self.spent_s >= self.model_budget_s:
-            with self._lock:
-                self.skipped += 1
-            return Choice(default, {}, "default (measuring budget spent)")
-        if not self._lock.acquire(blocking=False):
-            return Choice(default, {}, "default (another call is measuring)")
-        start = time.perf_counter()
-        try:
-            budget = min(self.node_budget_s, self.model_budget_s - self.spent_s)
-            with measuring():
+        # STEPS (``measuring``) first, then this chooser's own: one order for every thread
+        with measuring(), self._measuring:
+            remembered = self.lookup(key, names)  # (measured by the call waited for)
+            if remembered is not None:
+                return remembered
+            if self.spent_s >= self.model_budget_s:
+                with self._lock:
+                    self.skipped += 1
+                return Choice(default, {}, "default (measuring budget spent)")
+            start = time.perf_counter()
+            try:
+                budget = min(self.node_budget_s, self.model_budget_s - self.spent_s)
                 timings, dropped = _measure(make(), default, budget)
-        finally:
-            self.spent_s += time.perf_counter() - start
-            self.measured += 1
-            self._lock.release()
+            finally:
+                self.spent_s += time.perf_counter() - start
+                self.measured += 1
         best = pick(timings, default)
         entry = {"choice": best, "us": {n: round(t, 2) for n, t in timings.items()}}
         if dropped:
@@ -305,12 +308,10 @@ class PerShape:
 
     def choose(self, key: tuple, problem: str, make: Callable[[], dict[str, Candidate]]
                ) -> str:
-        """The kernel for ``key``, measured (or remembered) now; kept unless another call was
-        measuring (then the default serves this call and the key is asked again later)."""
+        """The kernel for ``key``, measured (or remembered) now, and kept."""
         choice = self.chooser.choose(problem, self.names, make, self.default)
-        if not choice.how.startswith("default (another"):
-            self.chosen[key] = choice.name
-            self.choices[key] = choice
+        self.chosen[key] = choice.name
+        self.choices[key] = choice
         return choice.name
 
     def expose(self, fn: Callable, problem: tuple) -> Callable:

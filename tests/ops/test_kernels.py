@@ -330,9 +330,10 @@ def test_gemm_kernels_agree_with_addmm():
         ks.kernel("cublas", 1)
 
 
-def test_concurrent_first_calls_are_right():
-    """Runtimes of the pool measuring at once: one measures, the others serve the default
-    meanwhile; every result is right."""
+def test_concurrent_first_calls_are_right_and_the_same_as_later_calls():
+    """Runtimes of the pool on their first calls at once: one measures, the others wait for
+    its choice (serving the default meanwhile would give them other bits than the same call
+    gives later); every result is right, and equal to the same call made again."""
     from concurrent.futures import ThreadPoolExecutor
 
     model = Gemms().eval()
@@ -343,8 +344,9 @@ def test_concurrent_first_calls_are_right():
         expected = [model(x) for x in xs]
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(mod, xs))
-    for got, want in zip(results, expected, strict=True):
+    for x, got, want in zip(xs, results, expected, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        assert torch.equal(mod(x), got)
     assert mod.kernels.measured > 0
 
 
