@@ -23,9 +23,10 @@ import torch
 import static_runtime as sr
 from static_runtime.runtime.hot import wait_for_builds
 
-#: Option sets every case runs under: everything on (the defaults — generated code —, plus
-#: verifying every memory plan), a minimal pipeline on the reference interpreter (no
-#: passes, no out variants, no arena), so both executors and both paths are exercised, and
+#: Option sets every case runs under: everything on (the defaults — generated code, measured
+#: kernels —, plus verifying every memory plan), a minimal pipeline on the reference
+#: interpreter (no passes, no out variants, no arena, ATen's kernels unmeasured), so both
+#: executors and both paths are exercised, and
 #: the defaults with fused regions compiled by Inductor.
 #: "default" specialises each signature's code on its first call from the arena
 #: (``specialize_after=0``), so the few calls of a case run the specialised code; "fused"
@@ -40,7 +41,8 @@ OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
         specialize_alpha=False, functionalize=False, eliminate_dead_code=False,
         inplace_activations=False, fuse_attention=False, fuse_convolution=False,
         fuse_linear_pointwise=False, fold_batchnorm=False, pack_linears=False, fuse_transformer_encoder=False, scalarize_loop_counters=False,
-        specialize_signature=False, hoist_views=False, batch_embeddings=False),
+        specialize_signature=False, hoist_views=False, batch_embeddings=False,
+        kernel_choice="default"),
     # issue 12: regions of small operators compiled by Inductor (where the C++ compiler
     # exists; without one, each region warns and runs unfused, which is checked just the same)
     "fused": sr.StaticModuleOptions(fusion_compiler="inductor", verify_memory_plans=True),

@@ -238,8 +238,9 @@ def test_profile_prints_metrics_and_draws_chart(models, tmp_path):
                               "--runs", "5", "--warmup", "1", "--chart", chart,
                               "--no-overhead")
     assert code == 0, (err, exc)
-    for text in ("first call", "memory setup", "time per node kind", "aten::linear",
-                 "out variant", "slowest", "arena"):
+    # (measured kernels, the default: each linear takes its relu along)
+    for text in ("first call", "memory setup", "time per node kind",
+                 "static_runtime::linear_pointwise", "out variant", "slowest", "arena"):
         assert text in out, text
     w, h = CHART_SIZE_INCHES
     assert _png_size(chart) == (round(w * CHART_DPI), round(h * CHART_DPI))
@@ -274,7 +275,7 @@ def test_profile_exported_program(exported, tmp_path):
     top = sr.StaticModule(str(exported["mlp"])).plan.block.nodes
     assert report["inputs"] == "3x64:float32"
     assert [n["kind"] for n in report["nodes"]] == [pn.kind for pn in top]
-    assert {k["kind"] for k in report["node_kinds"]} == {"aten::linear", "aten::relu_"}
+    assert {k["kind"] for k in report["node_kinds"]} == {"static_runtime::linear_pointwise"}
     assert report["metrics_ms"]["out_nodes_count"] == 3
     w, h = CHART_SIZE_INCHES
     assert _png_size(chart) == (round(w * CHART_DPI), round(h * CHART_DPI))
@@ -283,7 +284,7 @@ def test_profile_exported_program(exported, tmp_path):
 def test_profile_against_cpp_table(models):
     code, out, err, exc = run("profile", models["mlp"], "--input", "2x64:float32",
                               "--against", "cpp", "--repeats", "2", "--runs", "3",
-                              "--warmup", "1")
+                              "--warmup", "1", "--kernel-choice", "default")
     assert code == 0, (err, exc)
     out = " ".join(out.split())
     for text in ("ours against C++ SR", "aten::linear", "aten::relu (aten::relu_)",
@@ -295,7 +296,7 @@ def test_profile_against_cpp_table(models):
 def test_profile_against_cpp_json_is_consistent(models):
     code, out, err, exc = run("profile", models["mlp"], "--input", "2x64:float32",
                               "--against", "cpp", "--repeats", "2", "--runs", "3",
-                              "--warmup", "1", "--json")
+                              "--warmup", "1", "--json", "--kernel-choice", "default")
     assert code == 0, (err, exc)
     report = json.loads(out)
     assert report["against"] == "pytorch_static_runtime" and report["note"] is None
@@ -341,7 +342,7 @@ def test_profile_against_cpp_exported_program(exported):
 def test_inspect_shows_passes_graph_tiers_and_memory(models, tmp_path):
     plot = tmp_path / "arena.png"
     code, out, err, exc = run("inspect", models["mlp"], "--input", "4x64:float32",
-                              "--plot-memory", plot)
+                              "--plot-memory", plot, "--kernel-choice", "default")
     assert code == 0, (err, exc)
     assert "forward(x: Tensor)" in out
     assert "inplace_activations" in out and "relu_ ×3" in out
@@ -376,8 +377,9 @@ def test_inspect_exported_program(exported):
     code, out, err, exc = run("inspect", exported["mlp"])
     assert code == 0, (err, exc)
     assert "forward(x: Tensor)" in out
-    assert "inplace_activations" in out and "relu_ ×3" in out
-    assert "prepared graph" in out and "graph(%x" in out and "aten::linear" in out
+    # measured kernels (the default): each linear takes its relu along
+    assert "fuse_linear_activation" in out and "linear_pointwise ×3" in out
+    assert "prepared graph" in out and "graph(%x" in out and "linear_pointwise" in out
     assert "tiers: 3 out variant" in out
     assert "inputs 2x64:float32:" in out  # the memory plan, for the recorded inputs
     assert "arena" in out
@@ -474,7 +476,7 @@ def test_inputs_that_do_not_match_the_signature(models):
     code, _, err, exc = run("profile", models["mlp"], "--input", "1x32:float32")
     line = _one_line_error(code, err, exc)
     assert "forward(x: Tensor)" in line and "1x32:float32" in line
-    assert "aten::linear" in line  # the node that failed
+    assert "linear" in line  # the node that failed (linear_pointwise: linear + relu)
     code, _, err, exc = run("profile", models["mlp"])
     assert "forward(x: Tensor)" in _one_line_error(code, err, exc)
 

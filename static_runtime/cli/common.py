@@ -210,6 +210,13 @@ def threads_option(fn: Callable) -> Callable:
                         help="Intra-op threads (torch.set_num_threads).")(fn)
 
 
+def kernel_choice_option(fn: Callable) -> Callable:
+    return click.option("--kernel-choice", type=click.Choice(["measure", "default"]),
+                        default="measure", show_default=True,
+                        help="How GEMMs and convolutions get their kernel: timed on this CPU "
+                             "('measure', the default) or by fixed rules ('default').")(fn)
+
+
 def set_threads(threads: int) -> None:
     if threads < 1:
         raise CLIError("--threads must be at least 1")

@@ -17,6 +17,7 @@ from static_runtime.cli.common import (
     console_for,
     example_inputs,
     input_options,
+    kernel_choice_option,
     load_module,
     recorded_inputs,
     run_first_call,
@@ -85,16 +86,18 @@ def _counts(d: dict[str, int], limit: int = 4) -> str:
                    "signature).")
 @click.option("--graph/--no-graph", "show_graph", default=True, show_default=True,
               help="Print the prepared graph.")
+@kernel_choice_option
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead.")
 def inspect(model: str, input_specs: tuple[str, ...], inputs_file: str | None, batch: int,
-            plot_memory: str | None, show_graph: bool, as_json: bool) -> None:
+            plot_memory: str | None, show_graph: bool, kernel_choice: str,
+            as_json: bool) -> None:
     """Show what static_runtime makes of MODEL (a TorchScript archive, .pt, or a torch.export
     archive, .pt2): its signature, what each graph pass changed, the prepared graph in the
     canonical text form, each node's implementation tier, and — given inputs
     (--input/--inputs-file; a .pt2 gives the example inputs it was exported with) — the
     memory plan: summary, timeline, and with --plot-memory a picture of the arena."""
     console = console_for(as_json)
-    mod = load_module(model)
+    mod = load_module(model, sr.StaticModuleOptions(kernel_choice=kernel_choice))
     options = mod.options
     imported, records = pass_report(model, options)
     plan = None

@@ -20,6 +20,7 @@ from static_runtime.cli.common import (
     example_inputs,
     format_bytes,
     input_options,
+    kernel_choice_option,
     load_module,
     run_first_call,
     set_threads,
@@ -91,11 +92,12 @@ def kind_rows(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--repeats", default=5, show_default=True,
               help="With --against: alternated blocks the --runs are split into.")
 @threads_option
+@kernel_choice_option
 @click.option("--json", "as_json", is_flag=True, help="Print the profile as JSON instead.")
 def profile(model: str, input_specs: tuple[str, ...], inputs_file: str | None, batch: int,
             runs: int, warmup: int, executor: str, top: int, chart: str | None,
             overhead: bool, against: str | None, repeats: int, threads: int,
-            as_json: bool) -> None:
+            kernel_choice: str, as_json: bool) -> None:
     """Profile MODEL (a TorchScript archive, .pt, or a torch.export archive, .pt2) per node:
     time per node and per node kind, each node's implementation tier (out variant / native /
     fallback), its share of the time and the arena bytes it writes; setup, first-call,
@@ -113,7 +115,8 @@ def profile(model: str, input_specs: tuple[str, ...], inputs_file: str | None, b
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
     set_threads(threads)
     console = console_for(as_json)
-    mod = load_module(model, sr.StaticModuleOptions(executor=executor))
+    mod = load_module(model, sr.StaticModuleOptions(executor=executor,
+                                                    kernel_choice=kernel_choice))
     args = example_inputs(mod, input_specs, inputs_file, batch, model=model)
     run_first_call(mod, args)
     if against is not None:

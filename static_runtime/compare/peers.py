@@ -20,7 +20,8 @@ Used by the demo, the ``bench`` command and ``benchmarks/``. The runners (``RUNN
                             and back (zero-copy), as a caller holding torch tensors must
 ``static_runtime``          ours: ``StaticModule(scripted).runtime()``
 ``static_runtime_fused``    ours with ``fusion_compiler="inductor"``
-``static_runtime_measured`` ours with ``kernel_choice="measure"``
+``static_runtime_unmeasured`` ours with ``kernel_choice="default"``: ATen's kernels by fixed
+                            rules, nothing timed (what ran by default before issue 19)
 ``static_runtime_tuned``    ours as for a CPU: ``kernel_choice="measure"`` and
                             ``channels_last=True``
 ==========================  ===================================================================
@@ -52,7 +53,7 @@ from static_runtime.compare.runner import Runner, _reason, _refused, _Setup
 
 RUNNERS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
            "torch_compile", "onnxruntime", "static_runtime", "static_runtime_fused",
-           "static_runtime_measured", "static_runtime_tuned")
+           "static_runtime_unmeasured", "static_runtime_tuned")
 DEMO_RUNNERS = ("eager", "torchscript", "pytorch_static_runtime", "static_runtime")
 
 
@@ -123,10 +124,10 @@ def _make_static_runtime_fused(s: _Setup) -> Callable[[], Any]:
     return run
 
 
-def _make_static_runtime_measured(s: _Setup) -> Callable[[], Any]:
-    """Ours with ``kernel_choice="measure"``: GEMM kernels timed on this CPU on the first
-    call of each row count (counted in the first call; a warm cache times nothing)."""
-    return _make_static_runtime(s, sr.StaticModuleOptions(kernel_choice="measure"))
+def _make_static_runtime_unmeasured(s: _Setup) -> Callable[[], Any]:
+    """Ours with ``kernel_choice="default"``: every kernel by fixed rules, nothing timed (the
+    default, ``static_runtime``, measures them)."""
+    return _make_static_runtime(s, sr.StaticModuleOptions(kernel_choice="default"))
 
 
 def _make_static_runtime_tuned(s: _Setup) -> Callable[[], Any]:
@@ -200,7 +201,7 @@ _FACTORIES: dict[str, Callable[[_Setup], Callable[[], Any]]] = {
     "onnxruntime": _make_onnxruntime,
     "static_runtime": _make_static_runtime,
     "static_runtime_fused": _make_static_runtime_fused,
-    "static_runtime_measured": _make_static_runtime_measured,
+    "static_runtime_unmeasured": _make_static_runtime_unmeasured,
     "static_runtime_tuned": _make_static_runtime_tuned,
 }
 

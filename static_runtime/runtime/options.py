@@ -144,14 +144,16 @@ class StaticModuleOptions:
     #: without one, or where Inductor refuses a region, a warning names it and it runs
     #: unfused. See README, "Fused regions".
     fusion_compiler: str | None = None
-    #: None or "default": each GEMM runs the kernel selected for it by fixed rules (ATen's
-    #: ``addmm``; oneDNN for a fused linear from 8 rows on). "measure": for linear, addmm,
-    #: mm and matmul with a constant float32 weight (and the fused linear + activation), the
-    #: kernels PyTorch ships (ATen/MKL ``addmm``, oneDNN prepacked, MKL packed) are timed on
-    #: each new row count's first call — at most 20 ms a node and 1 s a module — and the
-    #: fastest kept; choices are cached on disk per CPU (``ops/kernels.py``; README,
-    #: "Kernel choice by measurement").
-    kernel_choice: str | None = None
+    #: "measure" (the default): GEMM-like nodes with a constant float32 weight (linear,
+    #: addmm, mm, matmul, a linear fused with its activation), fused convolutions, conv1d,
+    #: LSTM/GRU layers and RMS norms get the fastest of their candidate kernels — ATen's,
+    #: oneDNN's on a prepacked weight, MKL's packed GEMM, our own C kernels where a compiler
+    #: built them — timed on this CPU on a new shape's first call (row counts up to the same
+    #: power of two share a GEMM's choice), at most 20 ms a node and 1 s a module, and
+    #: remembered on disk per CPU (``ops/kernels.py``; README, "Kernel choice by
+    #: measurement"). "default" (or None): fixed rules (ATen's ``addmm``; oneDNN for a
+    #: large fused linear from 8 rows on), nothing timed.
+    kernel_choice: str | None = "measure"
 
     def __post_init__(self) -> None:
         for f in fields(self):

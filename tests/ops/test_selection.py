@@ -11,6 +11,10 @@ from op_cases import ts
 import static_runtime as sr
 from static_runtime.runtime.hot import wait_for_builds
 
+#: These tests are about the selection that runs without measured kernels (the measured
+#: GEMMs' own tests are tests/ops/test_kernels.py).
+UNMEASURED = sr.StaticModuleOptions(kernel_choice="default")
+
 
 class Linear(torch.nn.Module):
     def __init__(self, bias: bool):
@@ -23,7 +27,7 @@ class Linear(torch.nn.Module):
 
 def test_constant_weight_linear_uses_addmm_and_mm():
     for bias, label in ((True, "torch.addmm"), (False, "torch.mm")):
-        mod = sr.StaticModule(torch.jit.script(Linear(bias)))
+        mod = sr.StaticModule(torch.jit.script(Linear(bias)), UNMEASURED)
         lines = [ln for ln in mod.describe().splitlines() if ln.startswith("aten::linear")]
         assert lines and label in lines[0]
 
@@ -189,7 +193,8 @@ def _ops_run(mod, *inputs):
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear_on_rank_3_and_4_inputs_folds_to_one_matrix_product(bias):
     mods = check(WideLinear(bias), [torch.randn(2, 5, 512)], [torch.randn(3, 2, 4, 512)],
-                 rtol=0, atol=0)
+                 rtol=0, atol=0, options={"default": sr.StaticModuleOptions(
+                     kernel_choice="default", verify_memory_plans=True, specialize_after=0)})
     mod = mods["default"]
     assert "folded to 2-D" in _label(mod, "aten::linear")[0]
     x = torch.randn(2, 5, 512)
@@ -215,7 +220,7 @@ def test_linear_on_a_non_contiguous_input_takes_linear(bias):
 
 
 def test_folded_linear_writes_through_the_planned_tensor_only_when_it_fits():
-    mod = sr.StaticModule(torch.jit.script(WideLinear(True, k=8, n=3)))
+    mod = sr.StaticModule(torch.jit.script(WideLinear(True, k=8, n=3)), UNMEASURED)
     x = torch.randn(2, 4, 8)
     mod(x)
     mod(x)
@@ -258,7 +263,7 @@ def test_folded_out_variants_shared_by_runtimes_on_several_threads():
     from concurrent.futures import ThreadPoolExecutor
 
     scripted = torch.jit.script(FoldedBlock().eval())
-    mod = sr.StaticModule(scripted)
+    mod = sr.StaticModule(scripted, UNMEASURED)
     lines = [ln for ln in mod.describe().splitlines()
              if ln.startswith(("aten::embedding", "aten::linear"))]
     assert len(lines) == 3 and all("[managed]" in ln for ln in lines)

@@ -18,6 +18,13 @@ def kinds(model, options=None) -> list[str]:
             if n.kind != "prim::Constant"]
 
 
+#: The fixed rules the fused operators follow without measured kernels (the measured
+#: choice among the same kernels is tests/ops/test_kernels.py's).
+UNMEASURED = sr.StaticModuleOptions(kernel_choice="default")
+UNMEASURED_CHECKED = sr.StaticModuleOptions(kernel_choice="default", verify_memory_plans=True,
+                                            specialize_after=0)
+
+
 def ran(fn) -> set[str]:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
         fn()
@@ -173,7 +180,7 @@ def test_convolutions_fused_with_their_relu():
 
 def test_fused_convolution_runs_onednn():
     net = torch.jit.script(ConvNet().eval())
-    mod = sr.StaticModule(net)
+    mod = sr.StaticModule(net, UNMEASURED)
     ops = ran(lambda: mod(*images(2, 10)))
     assert "mkldnn::_convolution_pointwise" in ops and "aten::conv2d" not in ops
 
@@ -265,7 +272,7 @@ def test_depthwise_and_pointwise_convolutions_fused_with_their_activations():
 
 def test_pointwise_convolutions_run_as_matmuls_the_others_on_onednn():
     net = torch.jit.script(InvertedResidual().eval())
-    mod = sr.StaticModule(net)
+    mod = sr.StaticModule(net, UNMEASURED)
     ops = ran(lambda: mod(*images(2, 10, cin=8)))
     assert "mkldnn::_convolution_pointwise" in ops and "aten::conv2d" not in ops
     assert "aten::addmm" in ops
@@ -308,7 +315,7 @@ def test_large_pointwise_convolution_stays_on_onednn():
     net = torch.jit.script(CallsConvPointwise(1, 1, 1, True, "relu6", c=64).eval())
     big = torch.randn(1, 64, 64, 64)
     assert big.numel() * 64 >= CONV1X1_MATMUL_MAX_MACS
-    mods = check(net, [big], [torch.randn(2, 64, 5, 3)])
+    mods = check(net, [big], [torch.randn(2, 64, 5, 3)], options={"default": UNMEASURED_CHECKED})
     mod = mods["default"]
     assert "mkldnn::_convolution_pointwise" in ran(lambda: mod(big))
     small = ran(lambda: mod(big[:, :, :8, :8]))
@@ -407,7 +414,7 @@ def test_large_linears_fused_with_their_activations():
 
 
 def test_fused_linear_runs_onednn_only_from_8_rows():
-    mod = sr.StaticModule(torch.jit.script(WideTower().eval()))
+    mod = sr.StaticModule(torch.jit.script(WideTower().eval()), UNMEASURED)
     assert "mkldnn::_linear_pointwise" in ran(lambda: mod(rows(8, 512)))
     few = ran(lambda: mod(rows(7, 512)))
     assert "mkldnn::_linear_pointwise" not in few and "aten::addmm" in few
@@ -429,7 +436,7 @@ class LinearNotFused(torch.nn.Module):
 
 def test_linear_not_fused_when_small_or_its_output_has_other_users():
     net = torch.jit.script(LinearNotFused().eval())
-    graph = sr.prepare(script(net))
+    graph = sr.prepare(script(net), UNMEASURED)
     fused = [n for n in graph.walk() if n.kind == "static_runtime::linear_pointwise"]
     assert len(fused) == 2 and [n.kind for n in graph.walk()].count("aten::linear") == 1
     assert all(n.inputs[3].node.attrs["value"] == "none" for n in fused)
@@ -451,7 +458,7 @@ def test_measured_small_linears_take_their_activation_along(tmp_path, monkeypatc
     applies it in its epilogue); not without them, nor where the output has another user."""
     monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path))
     net = torch.jit.script(SmallTower().eval())
-    assert "static_runtime::linear_pointwise" not in kinds(net)
+    assert "static_runtime::linear_pointwise" not in kinds(net, UNMEASURED)
     ks = kinds(net, MEASURE)
     assert ks.count("static_runtime::linear_pointwise") == 9 and ks.count("aten::linear") == 1
     check(net, [rows(2, 48)], [rows(3, 9, 48)], options={"measure": MEASURE})
@@ -496,7 +503,7 @@ def test_linear_pointwise_refuses_an_unknown_activation():
 
 def test_linear_option_switches_it_off():
     net = torch.jit.script(WideTower().eval())
-    off = sr.StaticModuleOptions(fuse_linear_pointwise=False)
+    off = sr.StaticModuleOptions(fuse_linear_pointwise=False, fuse_linear_activation=False)
     assert "static_runtime::linear_pointwise" not in kinds(net, off)
 
 

@@ -60,7 +60,8 @@ def test_each_kernel_forced(name, monkeypatch):
 
 
 def test_not_fused_without_measured_kernels():
-    mod = sr.StaticModule(torch.jit.script(LlamaNorm().eval()))
+    mod = sr.StaticModule(torch.jit.script(LlamaNorm().eval()),
+                          sr.StaticModuleOptions(kernel_choice="default"))
     assert "static_runtime::rms_norm" not in _kinds(mod)
 
 

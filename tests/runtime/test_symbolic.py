@@ -360,12 +360,21 @@ def test_sizes_recorded_before_the_program_was_ready_move_to_its_layouts(monkeyp
     code made for the program's layouts; results equal eager throughout."""
     import threading
 
+    from static_runtime.ops.kernels import STEPS
     from static_runtime.runtime import symbolic
 
     release = threading.Event()
     build = symbolic.build_program
-    monkeypatch.setattr(symbolic, "build_program",
-                        lambda *a, **k: release.wait(30) and build(*a, **k))
+
+    def held_back(*args, **kwargs):
+        STEPS.release()  # waiting between steps, as a build's pause does: the requests'
+        try:  # kernel measurements go on meanwhile
+            assert release.wait(30)
+        finally:
+            STEPS.acquire()
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(symbolic, "build_program", held_back)
     model = Encoder().eval()
     mod = sr.StaticModule(_trace(model, *_sentence(12)))
     lengths = (30, 12, 21, 7)

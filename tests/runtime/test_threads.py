@@ -122,9 +122,13 @@ def test_pool_bound_is_kept():
     per_thread = [_inputs("mlp", 1, 2) for _ in range(THREADS)]
     model = _scripted("mlp")
     mod = sr.StaticModule(model, options=opts)
+    reference = sr.StaticModule(model, options=opts)  # (its kernels: measured, remembered)
     main_threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    expected = {id(a): model(*a) for inputs in per_thread for a in inputs}
+    expected = {id(a): reference(*a) for inputs in per_thread for a in inputs}
+    for inputs in per_thread:
+        for a in inputs:
+            assert_same(expected[id(a)], model(*a))
     torch.set_num_threads(main_threads)
     errors = _hammer(mod, per_thread, expected, calls=300)
     assert not errors, errors[0]
@@ -202,7 +206,9 @@ def test_racing_threads_on_one_runtime_never_see_garbage():
     model = _scripted("mlp")
     rt = sr.StaticModule(model).runtime()
     xs = [torch.randn(1, 64), torch.randn(1, 64)]
-    want = [model(x) for x in xs]
+    want = [rt(x) for x in xs]  # (measures its kernels: the threads' calls run them)
+    for x, w in zip(xs, want, strict=True):
+        assert_same(w, model(x))
     counts = {"ok": 0, "refused": 0}
     lock = threading.Lock()
     problems: list[BaseException] = []
