@@ -95,8 +95,7 @@ from benchmarks.latency_cases import (  # (needs ROOT on the path)
     OURS,
     PEERS,
     RESULTS,
-    TUNED,
-    UNMEASURED,
+    UNTUNED,
     ZOO_PEERS,
     cases_of,
     zoo_cases,
@@ -401,7 +400,7 @@ def main(models: str | None, zoo: bool, quick: bool, peers: str | None, repeats:
     """Latency of every runtime on the built-in models (or the model zoo), side by side."""
     if peers is None:
         peers = ",".join(ZOO_PEERS if zoo else [p for p in PEERS
-                                                if p not in (FUSED, UNMEASURED, TUNED)])
+                                                if p not in (FUSED, UNTUNED)])
     peer_list = tuple(p for p in (x.strip() for x in peers.split(",")) if p)
     unknown = [p for p in peer_list if p not in PEERS]
     if unknown:

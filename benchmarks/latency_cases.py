@@ -8,21 +8,17 @@ from pathlib import Path
 import click
 
 PEERS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
-         "torch_compile", "onnxruntime", "static_runtime_fused", "static_runtime_unmeasured",
-         "static_runtime_tuned")
+         "torch_compile", "onnxruntime", "static_runtime_fused", "static_runtime_untuned")
 #: ours with fusion_compiler="inductor" (issue 12); a peer only when asked for in --peers
 FUSED = "static_runtime_fused"
-#: ours with kernel_choice="default" (ATen's kernels by fixed rules, what ran by default
-#: before issue 19 made measuring the default); a peer only when asked for in --peers
-UNMEASURED = "static_runtime_unmeasured"
-#: ours with kernel_choice="measure" and channels_last=True; a peer only when asked for
-TUNED = "static_runtime_tuned"
+#: ours with the defaults before issue 19 (kernel_choice="default", channels_last=False);
+#: a peer only when asked for in --peers
+UNTUNED = "static_runtime_untuned"
 OURS = "static_runtime"
 SHORT = {"eager": "eager", "torchscript": "TorchScript", "optimize_for_inference": "opt4inf",
          "pytorch_static_runtime": "C++ SR", "torch_compile": "compile",
          "onnxruntime": "ORT", "static_runtime": "ours",
-         "static_runtime_fused": "ours+fused", "static_runtime_unmeasured": "ours unmeasured",
-         "static_runtime_tuned": "ours+tuned"}
+         "static_runtime_fused": "ours+fused", "static_runtime_untuned": "ours untuned"}
 CASES = ("mlp:1", "dlrm:1", "dlrm:256", "multi_head_attention:1", "multi_head_attention:64",
          "transformer_encoder:1", "resnet_small:1", "control_flow:1")
 ZOO_PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime")

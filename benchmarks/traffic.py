@@ -22,7 +22,8 @@ program with a ``Dim`` on each varying axis (``static_runtime_export``) and from
 with ``plan_cache_size=8``, the default before issue 18 (``static_runtime_cache8``); on
 request (not by default), ours laying a size out on its first call as before session 11
 (``static_runtime_layout_first``: no allocating first call, even with a full layout cache)
-and ours with ``kernel_choice="measure"`` (``static_runtime_tuned``). A peer that
+and ours with the defaults before issue 19 (``static_runtime_untuned``: ATen's kernels by
+fixed rules, activations in eager's layout). A peer that
 cannot be built is reported with the reason; one whose output differs from eager's on the
 check sizes (the smallest, a middle and the largest of the trace) is timed and flagged.
 
@@ -95,7 +96,7 @@ from static_runtime.runtime.hot import wait_for_builds
 PEERS = ("eager", "torchscript", "pytorch_static_runtime", "onnxruntime", "static_runtime",
          "static_runtime_export", "static_runtime_cache8")
 OURS = ("static_runtime", "static_runtime_export", "static_runtime_cache8",
-        "static_runtime_layout_first", "static_runtime_tuned")
+        "static_runtime_layout_first", "static_runtime_untuned")
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -217,8 +218,8 @@ def make_peers(w: Workload, include: tuple[str, ...], plan_cache_size: int | Non
         "static_runtime_export": exported,
         "static_runtime_cache8": ours(scripted, sr.StaticModuleOptions(plan_cache_size=8)),
         "static_runtime_layout_first": layout_first,
-        "static_runtime_tuned": ours(scripted, dataclasses.replace(
-            options, kernel_choice="measure")),
+        "static_runtime_untuned": ours(scripted, dataclasses.replace(
+            options, kernel_choice="default", channels_last=False)),
     }
     peers = []
     for name in include:

@@ -11,7 +11,7 @@ SHORT = {"eager": "eager", "torchscript": "TorchScript", "pytorch_static_runtime
          "onnxruntime": "ORT", "static_runtime": "ours", "static_runtime_export": "ours (export)",
          "static_runtime_cache8": "ours (cache 8)",
          "static_runtime_layout_first": "ours (layout first)",
-         "static_runtime_tuned": "ours (tuned)"}
+         "static_runtime_untuned": "ours (untuned)"}
 
 
 def _fmt(x: float | None, spec: str = ".0f") -> str:

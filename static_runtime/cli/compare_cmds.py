@@ -41,7 +41,7 @@ PEER_TITLES = {
     "onnxruntime": "ONNX Runtime",
     "torch_compile": "torch.compile (inductor)",
     "static_runtime": "static_runtime (ours)",
-    "static_runtime_tuned": "static_runtime, tuned (ours)",
+    "static_runtime_untuned": "static_runtime, untuned (ours)",
 }
 
 #: Peers whose outputs differing from the reference's is reported, not an error of the
@@ -221,12 +221,13 @@ def _positive(**values: int) -> None:
 @click.option("--runs", default=50, show_default=True, help="Calls per timing sample.")
 @click.option("--warmup", default=20, show_default=True, help="Calls before timing.")
 @threads_option
-@click.option("--tuned", is_flag=True,
-              help="Also ours as set for a CPU: kernel_choice='measure' (our own C kernels "
-                   "among the candidates) and channels_last=True.")
+@click.option("--untuned", is_flag=True,
+              help="Also ours with the defaults before kernels were measured: ATen's kernels "
+                   "by fixed rules (kernel_choice='default') and a conv net's activations "
+                   "in eager's layout (channels_last=False).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead.")
 def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, batch_sizes: str,
-          repeats: int, runs: int, warmup: int, threads: int, tuned: bool,
+          repeats: int, runs: int, warmup: int, threads: int, untuned: bool,
           as_json: bool) -> None:
     """Benchmark MODEL against the runtimes it can run on; show latency and memory side by
     side, with ratios.
@@ -280,7 +281,8 @@ def bench(model: str, input_specs: tuple[str, ...], inputs_file: str | None, bat
         # process has loaded the archive once (the first load pays torch.export's one-time
         # imports, a second or more, which would otherwise be charged to ours).
         with console.status("preparing the runtimes..."):
-            runners = make_runners(model, args, module=None if exported else mod, tuned=tuned)
+            runners = make_runners(model, args, module=None if exported else mod,
+                                   untuned=untuned)
         for r in runners:
             if r.name == "static_runtime" and not exported:  # built above: the module's
                 r.setup_seconds = load_seconds

@@ -44,18 +44,18 @@ EXPORTED_RUNNERS = ("eager", "onnxruntime", "torch_compile", "static_runtime")
 Factory = Callable[[_Setup], Callable[[], Any]]
 
 
-#: Ours as set for a CPU (``bench --tuned``): kernels measured, ours among them, and conv
-#: nets channels-last from end to end.
-TUNED = sr.StaticModuleOptions(kernel_choice="measure", channels_last=True)
+#: Ours with the defaults before issue 19 (``bench --untuned``): ATen's kernels by fixed
+#: rules, nothing timed, and a conv net's activations in eager's layout.
+UNTUNED = sr.StaticModuleOptions(kernel_choice="default", channels_last=False)
 
 
 def make_archive_runners(path: str | Path, inputs: tuple, *,
                          module: sr.StaticModule | None = None,
-                         tuned: bool = False) -> list[Runner]:
+                         untuned: bool = False) -> list[Runner]:
     """Runners for a TorchScript archive (``ARCHIVE_RUNNERS``; eager PyTorch is not
     available: the archive holds no Python code). Ours is ``module`` if given, else
-    ``StaticModule(path)``; with ``tuned``, also ours with ``TUNED``
-    (``static_runtime_tuned``)."""
+    ``StaticModule(path)``; with ``untuned``, also ours with ``UNTUNED``
+    (``static_runtime_untuned``)."""
     path = str(path)
 
     def loaded() -> torch.jit.ScriptModule:
@@ -84,16 +84,16 @@ def make_archive_runners(path: str | Path, inputs: tuple, *,
     return _runners_from({"torchscript": make_torchscript, "torchscript_frozen": make_frozen,
                           "pytorch_static_runtime": make_cpp,
                           "onnxruntime": _make_onnxruntime, "torch_compile": _make_torch_compile,
-                          **_ours(path, inputs, module, tuned)}, setup)
+                          **_ours(path, inputs, module, untuned)}, setup)
 
 
 def make_exported_runners(path: str | Path, inputs: tuple, *,
                           module: sr.StaticModule | None = None,
-                          tuned: bool = False) -> list[Runner]:
+                          untuned: bool = False) -> list[Runner]:
     """Runners for a ``torch.export.save`` archive (``.pt2``; ``EXPORTED_RUNNERS``).
     TorchScript and PyTorch's C++ Static Runtime cannot run an exported program. Ours is
-    ``module`` if given, else ``StaticModule(path)``; with ``tuned``, also ours with
-    ``TUNED``."""
+    ``module`` if given, else ``StaticModule(path)``; with ``untuned``, also ours with
+    ``UNTUNED``."""
     path = str(path)
 
     def make_eager(s: _Setup) -> Callable[[], Any]:
@@ -107,14 +107,14 @@ def make_exported_runners(path: str | Path, inputs: tuple, *,
 
     return _runners_from({"eager": make_eager, "onnxruntime": _make_onnxruntime,
                           "torch_compile": _make_torch_compile,
-                          **_ours(path, inputs, module, tuned)}, setup)
+                          **_ours(path, inputs, module, untuned)}, setup)
 
 
 def _ours(path: str, inputs: tuple, module: sr.StaticModule | None,
-          tuned: bool) -> dict[str, Factory]:
+          untuned: bool) -> dict[str, Factory]:
     ours = {"static_runtime": _ours_from_file(path, inputs, module)}
-    if tuned:
-        ours["static_runtime_tuned"] = _ours_from_file(path, inputs, None, TUNED)
+    if untuned:
+        ours["static_runtime_untuned"] = _ours_from_file(path, inputs, None, UNTUNED)
     return ours
 
 

@@ -20,10 +20,9 @@ Used by the demo, the ``bench`` command and ``benchmarks/``. The runners (``RUNN
                             and back (zero-copy), as a caller holding torch tensors must
 ``static_runtime``          ours: ``StaticModule(scripted).runtime()``
 ``static_runtime_fused``    ours with ``fusion_compiler="inductor"``
-``static_runtime_unmeasured`` ours with ``kernel_choice="default"``: ATen's kernels by fixed
-                            rules, nothing timed (what ran by default before issue 19)
-``static_runtime_tuned``    ours as for a CPU: ``kernel_choice="measure"`` and
-                            ``channels_last=True``
+``static_runtime_untuned``  ours with the defaults before issue 19: ATen's kernels by fixed
+                            rules, nothing timed (``kernel_choice="default"``), a conv net's
+                            activations in eager's layout (``channels_last=False``)
 ==========================  ===================================================================
 
 ``scripted`` is ``torch.jit.script(model)``, or the TorchScript module the caller prepared
@@ -53,7 +52,7 @@ from static_runtime.compare.runner import Runner, _reason, _refused, _Setup
 
 RUNNERS = ("eager", "torchscript", "optimize_for_inference", "pytorch_static_runtime",
            "torch_compile", "onnxruntime", "static_runtime", "static_runtime_fused",
-           "static_runtime_unmeasured", "static_runtime_tuned")
+           "static_runtime_untuned")
 DEMO_RUNNERS = ("eager", "torchscript", "pytorch_static_runtime", "static_runtime")
 
 
@@ -124,17 +123,12 @@ def _make_static_runtime_fused(s: _Setup) -> Callable[[], Any]:
     return run
 
 
-def _make_static_runtime_unmeasured(s: _Setup) -> Callable[[], Any]:
-    """Ours with ``kernel_choice="default"``: every kernel by fixed rules, nothing timed (the
-    default, ``static_runtime``, measures them)."""
-    return _make_static_runtime(s, sr.StaticModuleOptions(kernel_choice="default"))
-
-
-def _make_static_runtime_tuned(s: _Setup) -> Callable[[], Any]:
-    """Ours with the settings for a CPU: kernels measured (ours among them) and conv nets in
-    channels-last from end to end."""
-    return _make_static_runtime(s, sr.StaticModuleOptions(kernel_choice="measure",
-                                                          channels_last=True))
+def _make_static_runtime_untuned(s: _Setup) -> Callable[[], Any]:
+    """Ours with the defaults before issue 19: every kernel by fixed rules, nothing timed,
+    and a conv net's activations in eager's layout (the default, ``static_runtime``,
+    measures kernels and keeps them channels-last)."""
+    return _make_static_runtime(s, sr.StaticModuleOptions(kernel_choice="default",
+                                                          channels_last=False))
 
 
 def _make_torch_compile(s: _Setup) -> Callable[[], Any]:
@@ -201,8 +195,7 @@ _FACTORIES: dict[str, Callable[[_Setup], Callable[[], Any]]] = {
     "onnxruntime": _make_onnxruntime,
     "static_runtime": _make_static_runtime,
     "static_runtime_fused": _make_static_runtime_fused,
-    "static_runtime_unmeasured": _make_static_runtime_unmeasured,
-    "static_runtime_tuned": _make_static_runtime_tuned,
+    "static_runtime_untuned": _make_static_runtime_untuned,
 }
 
 

@@ -61,7 +61,7 @@ PRESERVE: dict[str, tuple[int, ...] | None] = {
     **{f"aten::{op}": (0, 1) for op in _BINARY},
     **{f"aten::{op}_": (0,) for op in _BINARY},
     "static_runtime::add": (0, 1), "static_runtime::sub": (0, 1),
-    "aten::conv2d": (0,), _FUSED_CONV: (0,), "aten::conv_transpose2d": (0,),
+    "aten::conv2d": (0,), "aten::conv_transpose2d": (0,),
     "aten::batch_norm": (0,), "aten::max_pool2d": (0,), "aten::avg_pool2d": (0,),
     "aten::adaptive_avg_pool2d": (0,), "prim::VarConcat": None, "aten::where": (1, 2),
     # ``interpolate``, scripted, branches on the rank: every branch's operator
@@ -74,6 +74,7 @@ PRESERVE: dict[str, tuple[int, ...] | None] = {
 SINK = frozenset({
     "aten::size", "aten::dim", "aten::numel", "aten::len", "prim::dtype", "prim::device",
     "aten::layer_norm", "aten::linear", "static_runtime::linear_pointwise",
+    _FUSED_CONV,  # (channels-last output, whatever its input's layout)
 })
 #: In-place binaries whose second argument is only read.
 _READ_OTHER = frozenset(f"aten::{op}_" for op in _BINARY)
@@ -83,7 +84,9 @@ _REDUCTIONS = frozenset({"aten::mean", "aten::sum", "aten::amax"})
 
 def channels_last(graph: Graph) -> bool:
     top = graph.block
-    seeds = [n for n in top.nodes if n.kind == _FUSED_CONV or _fusable_conv(n)]
+    # (a fused convolution already there writes channels-last whatever its input: nothing to
+    # keep for it, and nothing to convert after it; it is a sink of the regions it meets)
+    seeds = [n for n in top.nodes if _fusable_conv(n)]
     if not seeds:
         return False
     kept = set(seeds)
