@@ -197,7 +197,7 @@ def _block(*values: int) -> tuple[ctypes.Array, int]:
 _MAX_SHAPES = 256
 
 
-def _remember(cache: dict, key, value):
+def remember(cache: dict, key, value):
     """``cache[key] = value`` in a cache of at most ``_MAX_SHAPES`` entries (sizes long gone
     are forgotten all at once); returns ``value``."""
     if len(cache) >= _MAX_SHAPES:
@@ -259,7 +259,7 @@ def depthwise_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: li
                              f"take an input of shape {tuple(shape)}")
         block = _block(w_ptr, b_ptr, n, h, w, c, kh, kw, *stride, *padding, *dilation, oh, ow,
                        code)
-        return _remember(shapes, shape, ((n, c, oh, ow), _channels_last_strides(c, oh, ow),
+        return remember(shapes, shape, ((n, c, oh, ow), _channels_last_strides(c, oh, ow),
                                          block[1], block))
 
     def depthwise(x: torch.Tensor) -> torch.Tensor:
@@ -311,7 +311,7 @@ class Gemm:
         key = (m, lda, ldc)
         found = self._blocks.get(key)
         if found is None:
-            found = _remember(self._blocks, key, _block(
+            found = remember(self._blocks, key, _block(
                 lda, self.packed.data_ptr(), 0 if self.bias is None else self.bias.data_ptr(),
                 ldc, m, self.k, self.n, self.act))
         return found
@@ -420,7 +420,7 @@ class Conv2d:
         block = _block(gemm.packed.data_ptr(), 0 if gemm.bias is None else gemm.bias.data_ptr(),
                        n, h, w, channels, kh, kw, *self.stride, *self.padding, *self.dilation,
                        oh, ow, cout, gemm.act)
-        return _remember(self._shapes, shape, ((n, cout, oh, ow),
+        return remember(self._shapes, shape, ((n, cout, oh, ow),
                                                _channels_last_strides(cout, oh, ow), block[1],
                                                block))
 
