@@ -1,6 +1,6 @@
 """GEMM-like nodes with a constant weight, their kernel chosen by measurement (``ops/kernels.py``).
 
-Under ``StaticModuleOptions(kernel_choice="measure")`` these implementations take the place
+Under ``StaticModuleOptions(kernel_choice="measure")``, the default, these take the place
 of the ones selected otherwise for
 
 * ``aten::linear(x, W, b)`` and ``static_runtime::linear_pointwise(x, W, b, attr)`` with a
@@ -25,6 +25,11 @@ the choice is remembered — and keeps the answer for the next calls:
 * ``native``: our own kernel (``ops/ckernels/gemm.c``) on the weight packed once into its
   panels, bias and ReLU / ReLU6 in its epilogue (other activations in place after it), written
   straight into the planned tensor — where a C compiler could build it.
+
+Each candidate is timed as it will run: ours by its unchecked call, and allocating where the
+node's output is not in the arena. Each input shape keeps its call: later calls check the
+input's shape, dtype, device and contiguity (and the out tensor, unless it is the last call's)
+and make that one call — ours without its own wrapper's checks, ~0.3 µs in all.
 
 Anything else — another dtype or device, a non-contiguous input, arguments that are not the
 constants (a planning run on meta copies) — runs the implementation selected otherwise.
@@ -242,12 +247,11 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     k, n = kernels.k, kernels.n
     names = candidate_names()
     any_rank = None in ranks
-    #: (rows, threads) → the kernel, and the choice it came from
     #: (rows, threads, allocating) → (the kernel, its name), and the choice it came from
     chosen: dict[tuple[int, int, bool], tuple[Callable[..., torch.Tensor], str]] = {}
     choices: dict[tuple[int, int, bool], Any] = {}
-    #: (row-count bucket, threads) → the kernel measured for the bucket's first row count,
-    #: which serves its other row counts unmeasured (``_bucket``; not MKL's, packed per row
+    #: (row-count bucket, threads, allocating) → the kernel measured for the bucket's first
+    #: row count, which serves its other row counts unmeasured (``_bucket``; not MKL's, packed per row
     #: count: that one is measured for each)
     by_bucket: dict[tuple[int, int, bool], tuple[Callable[..., torch.Tensor], str]] = {}
     threads = torch.get_num_threads
