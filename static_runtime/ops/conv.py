@@ -33,7 +33,8 @@ import torch
 
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
-from static_runtime.ops.kernels import KernelChooser
+from static_runtime.ops.ckernels import remember
+from static_runtime.ops.kernels import KernelChooser, size_bucket
 from static_runtime.ops.native.fused import CONV2D_POINTWISE, CONV_POSTOPS, _is_pointwise_1x1
 from static_runtime.ops.registry import labelled, register_measured
 from static_runtime.ops.selection import constant_value
@@ -61,6 +62,14 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
     threads = torch.get_num_threads
     chosen: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
     choices: dict[tuple, Any] = {}
+    #: (pixel-count bucket, channels-last, threads) → the kernel measured for the bucket's
+    #: first input shape, which serves its other shapes unmeasured (``size_bucket``: as a
+    #: GEMM's row counts do, an image's N × H × W up to the same power of two; a conv net
+    #: serving images of several sizes measured every convolution again for each, ~100–200
+    #: ms a size on a cold cache for the zoo's small ResNet)
+    by_bucket: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
+    #: the shapes a bucket's kernel served (bounded; ``chosen`` holds the measured ones)
+    served: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
     spec = (f"w={tuple(weight.shape)} stride={list(stride)} padding={list(padding)} "
             f"dilation={list(dilation)} groups={groups} bias={bias is not None}")
 
@@ -75,7 +84,18 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
         choice = chooser.choose(problem, names, make, default="onednn")
         kernel = chosen[key] = kernels.kernel(choice.name)
         choices[key] = choice
+        by_bucket.setdefault(bucket_of(x, key), kernel)
         return kernel
+
+    def bucket_of(x: torch.Tensor, key: tuple) -> tuple:
+        n_, _, h, w = x.shape
+        return (size_bucket(n_ * h * w), *key[1:])
+
+    def kernel_for(x: torch.Tensor, key: tuple):
+        kernel = by_bucket.get(bucket_of(x, key))
+        if kernel is None:
+            return decide(x, key)
+        return remember(served, key, kernel)
 
     @labelled(f"conv2d_pointwise ({attr}): kernel chosen per input shape by measurement")
     def fn(x, w, b, stride_, padding_, dilation_, groups_, attr_):
@@ -84,7 +104,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
             channels_last = x.is_contiguous(memory_format=cl)
             if channels_last or x.is_contiguous():
                 key = (x.shape, channels_last, threads())
-                kernel = chosen.get(key) or decide(x, key)
+                kernel = chosen.get(key) or served.get(key) or kernel_for(x, key)
                 return kernel(x)
         return default(x, w, b, stride_, padding_, dilation_, groups_, attr_)
 
@@ -92,7 +112,9 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
         if not choices:
             return "no kernel chosen yet"
         return "; ".join(f"x={tuple(s)}{' channels-last' if c else ''} threads={t}: "
-                         f"{ch.describe()}" for (s, c, t), ch in choices.items())
+                         f"{ch.describe()}" for (s, c, t), ch in choices.items()) + (
+            " (other input shapes of up to the next power of two pixels: their bucket's "
+            "choice)" if served else "")
 
     fn.status = status  # type: ignore[attr-defined]
     fn.choices = choices  # type: ignore[attr-defined]

@@ -45,7 +45,7 @@ import torch
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
 from static_runtime.ops.ckernels import remember
-from static_runtime.ops.kernels import KernelChooser
+from static_runtime.ops.kernels import KernelChooser, size_bucket
 from static_runtime.ops.native.fused import LINEAR_POINTWISE, LINEAR_POSTOPS
 from static_runtime.ops.registry import labelled, register_measured
 from static_runtime.ops.selection import _LINEAR, constant_value
@@ -251,8 +251,8 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     chosen: dict[tuple[int, int, bool], tuple[Callable[..., torch.Tensor], str]] = {}
     choices: dict[tuple[int, int, bool], Any] = {}
     #: (row-count bucket, threads, allocating) → the kernel measured for the bucket's first
-    #: row count, which serves its other row counts unmeasured (``_bucket``; not MKL's, packed per row
-    #: count: that one is measured for each)
+    #: row count, which serves its other row counts unmeasured (``size_bucket``; not MKL's,
+    #: packed per row count: that one is measured for each)
     by_bucket: dict[tuple[int, int, bool], tuple[Callable[..., torch.Tensor], str]] = {}
     threads = torch.get_num_threads
     f32 = torch.float32
@@ -291,7 +291,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         chosen[key] = (kernel, choice.name)
         choices[key] = choice
         if choice.name != "mkl":
-            by_bucket.setdefault((_bucket(rows), *key[1:]), (kernel, choice.name))
+            by_bucket.setdefault((size_bucket(rows), *key[1:]), (kernel, choice.name))
         return kernel, choice.name
 
     def fold(x: torch.Tensor):
@@ -312,7 +312,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         """The kernel for ``x2``'s row count (measured for it or its bucket), its name."""
         rows, t, allocating = x2.shape[0], threads(), o2 is None
         return chosen.get((rows, t, allocating)) \
-            or by_bucket.get((_bucket(rows), t, allocating)) \
+            or by_bucket.get((size_bucket(rows), t, allocating)) \
             or decide(x2, o2, (rows, t, allocating))
 
     def fn_slow(x, args):
@@ -420,15 +420,6 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         #: the product: (op, k, n, has bias, epilogue)
         f.problem = (op, k, n, bias is not None, attr)  # type: ignore[attr-defined]
     return fn, out_fn
-
-
-def _bucket(rows: int) -> int:
-    """The row counts that share a measured choice: those up to the same power of two
-    (5…8, 9…16, ..., 129…256). Traffic of every size brings a new row count on most calls
-    (a length, a batch size); measuring each on its first call took ~4 ms a GEMM node.
-    Within a bucket the kernels' ratio moves little, and a choice must beat the default by
-    ``MIN_GAIN`` where it was measured."""
-    return 1 << (rows - 1).bit_length() if rows > 1 else 1
 
 
 def _bound(kernel: Callable[..., torch.Tensor], x2: torch.Tensor, o2: torch.Tensor | None,

@@ -331,6 +331,16 @@ class PerShape:
         return fn
 
 
+def size_bucket(count: int) -> int:
+    """The sizes that share a measured choice: those up to the same power of two (5…8,
+    9…16, ..., 129…256) — a GEMM's row counts, a convolution's pixels (N × H × W). Traffic of
+    every size brings a new one on most calls (a length, a batch size, an image size);
+    measuring each on its first call took ~4 ms a GEMM node. Within a bucket the kernels'
+    ratio moves little, and a choice must beat the default by ``MIN_GAIN`` where it was
+    measured."""
+    return 1 << (count - 1).bit_length() if count > 1 else 1
+
+
 def pick(timings_us: dict[str, float], default: str) -> str:
     """The fastest candidate — but the default unless another beats it by ``MIN_GAIN``: a
     tie within measuring noise is no reason to leave the kernel that runs without measuring

@@ -398,6 +398,36 @@ def test_each_conv_kernel_forced(name, monkeypatch):
     assert f": {name} (forced)" in mod.describe()
 
 
+@pytest.mark.parametrize("name", ["onednn", "aten", "native"])
+def test_image_sizes_up_to_the_same_power_of_two_pixels_share_a_measured_choice(name,
+                                                                              monkeypatch):
+    """A conv net serving images of several sizes: a new shape whose N × H × W falls in a
+    bucket measured before is not measured again and runs that bucket's kernel right; a
+    shape measured before keeps its own choice; the next bucket is measured."""
+    asked: list[str] = []
+
+    def forced(self, key, names, make, default):
+        asked.append(key)
+        return Choice(name if name in names else default, {}, "forced")
+
+    monkeypatch.setattr(KernelChooser, "choose", forced)
+    model = Convs().eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    torch.manual_seed(2)
+    # 1 × 9 × 9 = 81 pixels (bucket 128); 1 × 10 × 12 = 120 (128: not measured); 2 × 9 × 9 =
+    # 162 (256: measured); 81 again
+    for shape in ((1, 3, 9, 9), (1, 3, 10, 12), (2, 3, 9, 9), (1, 3, 9, 9)):
+        x = torch.randn(shape)
+        before = x.clone()
+        torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
+        assert torch.equal(x, before)
+    measured = [k for k in asked if k.startswith("conv2d")]  # (every layer keeps N, H, W)
+    assert not any(", 10, 12)" in k for k in measured), measured
+    assert {k.split(" x=(")[1].split(",")[0] for k in measured} == {"1", "2"}, measured
+    assert len(measured) == 2 * 4  # four convolutions, two buckets; the 81 again: remembered
+    assert "their bucket's choice" in mod.describe()
+
+
 def test_conv_kernels_return_channels_last():
     from static_runtime.ops.conv import ConvKernels
 
