@@ -111,7 +111,7 @@ def collect(names: list[str]) -> tuple[dict[tuple, set[str]], dict[tuple, set[st
                         convs.setdefault(key, set()).add(f"{name}:{batch}")
                     continue
                 op, k, n, has_bias, attr = problem
-                for (rows, _threads, _allocating), choice in pn.fn.choices.items():
+                for (rows, _threads), choice in pn.fn.choices.items():
                     key = (op.split("+")[0], rows, k, n, has_bias, attr, choice.name)
                     shapes.setdefault(key, set()).add(f"{name}:{batch}")
     return shapes, convs

@@ -26,8 +26,10 @@ the choice is remembered — and keeps the answer for the next calls:
   panels, bias and ReLU / ReLU6 in its epilogue (other activations in place after it), written
   straight into the planned tensor — where a C compiler could build it.
 
-Each candidate is timed as it will run: ours by its unchecked call, and allocating where the
-node's output is not in the arena. Each input shape keeps its call: later calls check the
+Each candidate is timed as it will run: ours by its unchecked call, and allocating when the
+call that asks allocates. One choice serves a row count in both forms (a node's first call,
+which records, allocates; the next write into the arena): two choices could differ, and the
+same call would then give other bits on its first run than on the next. Each input shape keeps its call: later calls check the
 input's shape, dtype, device and contiguity (and the out tensor, unless it is the last call's)
 and make that one call — ours without its own wrapper's checks, ~0.3 µs in all.
 
@@ -247,13 +249,13 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     k, n = kernels.k, kernels.n
     names = candidate_names()
     any_rank = None in ranks
-    #: (rows, threads, allocating) → (the kernel, its name), and the choice it came from
-    chosen: dict[tuple[int, int, bool], tuple[Callable[..., torch.Tensor], str]] = {}
-    choices: dict[tuple[int, int, bool], Any] = {}
-    #: (row-count bucket, threads, allocating) → the kernel measured for the bucket's first
+    #: (rows, threads) → (the kernel, its name), and the choice it came from
+    chosen: dict[tuple[int, int], tuple[Callable[..., torch.Tensor], str]] = {}
+    choices: dict[tuple[int, int], Any] = {}
+    #: (row-count bucket, threads) → the kernel measured for the bucket's first
     #: row count, which serves its other row counts unmeasured (``size_bucket``; not MKL's,
     #: packed per row count: that one is measured for each)
-    by_bucket: dict[tuple[int, int, bool], tuple[Callable[..., torch.Tensor], str]] = {}
+    by_bucket: dict[tuple[int, int], tuple[Callable[..., torch.Tensor], str]] = {}
     threads = torch.get_num_threads
     f32 = torch.float32
     empty = torch.empty
@@ -271,7 +273,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     out_calls: dict[tuple, Callable[..., None]] = {}
     fn_calls: dict[tuple, Callable[..., torch.Tensor]] = {}
 
-    def decide(x2: torch.Tensor, o2: torch.Tensor | None, key: tuple[int, int, bool]):
+    def decide(x2: torch.Tensor, o2: torch.Tensor | None, key: tuple[int, int]):
         rows = key[0]
         # An allocating call is timed allocating: ATen allocates in C++, ours from Python
         # (~0.6 µs, a third of a 1 × 64 · 64 × 64 product's call)
@@ -310,10 +312,9 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
 
     def kernel_for(x2, o2):
         """The kernel for ``x2``'s row count (measured for it or its bucket), its name."""
-        rows, t, allocating = x2.shape[0], threads(), o2 is None
-        return chosen.get((rows, t, allocating)) \
-            or by_bucket.get((size_bucket(rows), t, allocating)) \
-            or decide(x2, o2, (rows, t, allocating))
+        rows, t = x2.shape[0], threads()
+        return chosen.get((rows, t)) or by_bucket.get((size_bucket(rows), t)) \
+            or decide(x2, o2, (rows, t))
 
     def fn_slow(x, args):
         t = threads()
@@ -407,15 +408,14 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     def status() -> str:
         if not choices:
             return "no kernel chosen yet"
-        return "; ".join(f"M={rows} threads={t}{' allocating' if alloc else ''}: "
-                         f"{c.describe()}"
-                         for (rows, t, alloc), c in sorted(choices.items())) + (
+        return "; ".join(f"M={rows} threads={t}: {c.describe()}"
+                         for (rows, t), c in sorted(choices.items())) + (
             " (other row counts up to the next power of two: their bucket's choice)"
             if by_bucket else "")
 
     for f in (fn, out_fn):
         f.status = status  # type: ignore[attr-defined]
-        #: (rows, threads, allocating) → ``Choice``; what is chosen, for benchmarks and tools
+        #: (rows, threads) → ``Choice``; what is chosen, for benchmarks and tools
         f.choices = choices  # type: ignore[attr-defined]
         #: the product: (op, k, n, has bias, epilogue)
         f.problem = (op, k, n, bias is not None, attr)  # type: ignore[attr-defined]

@@ -133,6 +133,29 @@ def test_repeated_shapes_take_the_short_call_and_still_check_their_input(name, b
     torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-5)
 
 
+def test_a_row_count_has_one_choice_for_its_first_call_and_the_next(monkeypatch):
+    """A node's first call of a size records (its output allocated), the next write into the
+    arena: one choice serves both, so the same call gives the same bits on every run (with
+    a choice per form, here ours allocating and ATen's writing, they differed)."""
+    asked: list[str] = []
+    other = "native" if "native" in gemm.candidate_names() else "onednn"
+
+    def per_form(self, key, names, make, default):
+        asked.append(key)
+        return Choice(other if key.endswith(" allocating") else "aten", {}, "forced")
+
+    monkeypatch.setattr(KernelChooser, "choose", per_form)
+    torch.manual_seed(6)
+    model = nn.Sequential(nn.Linear(32, 48), nn.Tanh(), nn.Linear(48, 16)).eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    for shape in ((5, 32), (3, 4, 32)):  # (row counts in two buckets: 8 and 16)
+        x = torch.randn(shape)
+        runs = [mod(x) for _ in range(3)]
+        torch.testing.assert_close(runs[0], model(x), rtol=1e-4, atol=1e-5)
+        assert all(torch.equal(r, runs[0]) for r in runs[1:])
+    assert len(asked) == 2 * 2, asked  # two linears, two row counts: one choice each
+
+
 def test_other_dtype_and_non_contiguous_run_the_default():
     lin = nn.Linear(16, 8).eval()
     mod = sr.StaticModule(torch.jit.script(lin), MEASURE)
