@@ -41,7 +41,7 @@ OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
         specialize_alpha=False, functionalize=False, eliminate_dead_code=False,
         inplace_activations=False, fuse_attention=False, fuse_convolution=False,
         fuse_linear_pointwise=False, fold_batchnorm=False, pack_linears=False, fuse_transformer_encoder=False, scalarize_loop_counters=False,
-        specialize_signature=False, hoist_views=False, batch_embeddings=False,
+        specialize_signature=False, hoist_views=False, batch_embeddings=False, causal_conv1d=False,
         kernel_choice="default"),
     # issue 12: regions of small operators compiled by Inductor (where the C++ compiler
     # exists; without one, each region warns and runs unfused, which is checked just the same)

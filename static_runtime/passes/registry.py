@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 from static_runtime.ir.graph import Graph
 from static_runtime.passes.alpha import specialize_alpha
+from static_runtime.passes.causal import causal_conv1d
 from static_runtime.passes.constant_propagation import NodeEvaluator, constant_propagation
 from static_runtime.passes.counters import scalarize_loop_counters
 from static_runtime.passes.dead_code import eliminate_dead_code
@@ -52,6 +53,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "fuse_attention": fuse_attention,
         "fuse_rms_norm": fuse_rms_norm,
         "fuse_gelu": fuse_gelu,
+        "causal_conv1d": causal_conv1d,
         "fuse_convolution": fuse_convolution,
         "channels_last": channels_last,
         "fuse_linear_pointwise": fuse_linear_pointwise,

@@ -67,6 +67,10 @@ class StaticModuleOptions:
     #: GELU's tanh approximation written out (GPT-2's gelu_new: eight operators) →
     #: ``aten::gelu(x, approximate="tanh")`` (``passes/gelu.py``)
     fuse_gelu: bool = True
+    #: conv1d (stride 1) padded on both sides whose last ``padding`` outputs are sliced off (a
+    #: TCN's causal convolution, "chomp") → conv1d of the input padded on the left only
+    #: (``passes/causal.py``)
+    causal_conv1d: bool = True
     #: conv2d with constant weight (+ relu) → oneDNN prepacked, fused convolution
     fuse_convolution: bool = True
     #: activations kept channels-last from convolution to convolution, converted to eager's
