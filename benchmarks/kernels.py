@@ -105,13 +105,15 @@ def collect(names: list[str]) -> tuple[dict[tuple, set[str]], dict[tuple, set[st
                     # layers: ``benchmarks/recurrent.py``)
                 if problem[0] == "conv2d":
                     _, w, stride, padding, dilation, groups, has_bias, attr = problem
-                    for (shape, cl, _threads), choice in pn.fn.choices.items():
+                    for bucket, choice in pn.fn.choices.items():
+                        shape, cl = pn.fn.measured_at[bucket], bucket[1]
                         key = (tuple(shape), cl, w, tuple(stride), tuple(padding),
                                tuple(dilation), groups, has_bias, attr, choice.name)
                         convs.setdefault(key, set()).add(f"{name}:{batch}")
                     continue
                 op, k, n, has_bias, attr = problem
-                for (rows, _threads), choice in pn.fn.choices.items():
+                for bucket, choice in pn.fn.choices.items():
+                    rows = pn.fn.measured_at[bucket]
                     key = (op.split("+")[0], rows, k, n, has_bias, attr, choice.name)
                     shapes.setdefault(key, set()).add(f"{name}:{batch}")
     return shapes, convs

@@ -249,13 +249,14 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     k, n = kernels.k, kernels.n
     names = candidate_names()
     any_rank = None in ranks
-    #: (rows, threads) → (the kernel, its name), and the choice it came from
-    chosen: dict[tuple[int, int], tuple[Callable[..., torch.Tensor], str]] = {}
+    #: (row-count bucket, threads) → the chosen kernel's name, and the choice: row counts
+    #: up to the same power of two share one choice (``size_bucket``), measured on the first
+    #: of them to come and remembered on disk by the bucket, so which kernel serves a row
+    #: count depends neither on the order sizes came in nor on the process
+    chosen: dict[tuple[int, int], str] = {}
     choices: dict[tuple[int, int], Any] = {}
-    #: (row-count bucket, threads) → the kernel measured for the bucket's first
-    #: row count, which serves its other row counts unmeasured (``size_bucket``; not MKL's,
-    #: packed per row count: that one is measured for each)
-    by_bucket: dict[tuple[int, int], tuple[Callable[..., torch.Tensor], str]] = {}
+    #: (bucket, threads) → the row count the choice was measured on (benchmarks and tools)
+    measured_at: dict[tuple[int, int], int] = {}
     threads = torch.get_num_threads
     f32 = torch.float32
     empty = torch.empty
@@ -274,10 +275,10 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     fn_calls: dict[tuple, Callable[..., torch.Tensor]] = {}
 
     def decide(x2: torch.Tensor, o2: torch.Tensor | None, key: tuple[int, int]):
-        rows = key[0]
+        rows = x2.shape[0]
         # An allocating call is timed allocating: ATen allocates in C++, ours from Python
         # (~0.6 µs, a third of a 1 × 64 · 64 × 64 product's call)
-        problem = (f"{op} float32 M={rows} K={k} N={n} x={tuple(x2.stride())} w={wstride} "
+        problem = (f"{op} float32 M<={key[0]} K={k} N={n} w={wstride} "
                    f"bias={bias is not None}{' allocating' if o2 is None else ''}")
 
         def make():  # each as it will run: ours by its unchecked call
@@ -289,12 +290,10 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
             kernels.mkl_packs.pop(rows, None)
         if choice.name != "native" and not any(c.name == "native" for c in choices.values()):
             kernels.drop_native()  # its packed copy of the weight serves no row count
-        kernel = kernels.kernel(choice.name, rows)
-        chosen[key] = (kernel, choice.name)
+        chosen[key] = choice.name
         choices[key] = choice
-        if choice.name != "mkl":
-            by_bucket.setdefault((size_bucket(rows), *key[1:]), (kernel, choice.name))
-        return kernel, choice.name
+        measured_at[key] = rows
+        return kernels.kernel(choice.name, rows), choice.name
 
     def fold(x: torch.Tensor):
         """``x`` as a contiguous (rows, k) matrix, or None."""
@@ -311,10 +310,13 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         return None
 
     def kernel_for(x2, o2):
-        """The kernel for ``x2``'s row count (measured for it or its bucket), its name."""
-        rows, t = x2.shape[0], threads()
-        return chosen.get((rows, t)) or by_bucket.get((size_bucket(rows), t)) \
-            or decide(x2, o2, (rows, t))
+        """The kernel for ``x2``'s row count (its bucket's choice), and its name."""
+        rows = x2.shape[0]
+        key = (size_bucket(rows), threads())
+        name = chosen.get(key)
+        if name is None:
+            return decide(x2, o2, key)
+        return kernels.kernel(name, rows), name  # (MKL's: packed for this row count)
 
     def fn_slow(x, args):
         t = threads()
@@ -408,15 +410,14 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     def status() -> str:
         if not choices:
             return "no kernel chosen yet"
-        return "; ".join(f"M={rows} threads={t}: {c.describe()}"
-                         for (rows, t), c in sorted(choices.items())) + (
-            " (other row counts up to the next power of two: their bucket's choice)"
-            if by_bucket else "")
+        return "; ".join(f"M<={b} threads={t} (measured at M={measured_at[b, t]}): "
+                         f"{c.describe()}" for (b, t), c in sorted(choices.items()))
 
     for f in (fn, out_fn):
         f.status = status  # type: ignore[attr-defined]
-        #: (rows, threads) → ``Choice``; what is chosen, for benchmarks and tools
+        #: (row-count bucket, threads) → ``Choice``; what is chosen, for benchmarks and tools
         f.choices = choices  # type: ignore[attr-defined]
+        f.measured_at = measured_at  # type: ignore[attr-defined]
         #: the product: (op, k, n, has bias, epilogue)
         f.problem = (op, k, n, bias is not None, attr)  # type: ignore[attr-defined]
     return fn, out_fn

@@ -19,6 +19,7 @@ import torch
 from static_runtime.ir.graph import Node
 from static_runtime.ir.own_ops import RMS_NORM
 from static_runtime.ops import ckernels
+from static_runtime.ops.ckernels.layers import rms_norm
 from static_runtime.ops.enums import Kind, enum_table
 from static_runtime.ops.kernels import KernelChooser, PerShape
 from static_runtime.ops.registry import (
@@ -67,7 +68,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
 
     def run_native(x):
         if native[0] is None:
-            native[0] = ckernels.rms_norm(weight, eps)
+            native[0] = rms_norm(weight, eps)
         return native[0](x)
 
     def decide(x, key) -> str:

@@ -23,6 +23,7 @@ import torch
 
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
+from static_runtime.ops.ckernels.layers import Recurrent
 from static_runtime.ops.kernels import KernelChooser, PerShape
 from static_runtime.ops.native.recurrent import plain_layer
 from static_runtime.ops.registry import labelled, register_measured, register_native
@@ -66,14 +67,14 @@ def _measured_factory(mode: str):
         params, weights, has_biases, num_layers, bidirectional, batch_first = found
         per_shape = PerShape(chooser, ("aten", "native"))
         chosen = per_shape.chosen
-        native: list[ckernels.Recurrent | None] = [None]
+        native: list[Recurrent | None] = [None]
         f32, threads = torch.float32, torch.get_num_threads
         spec = (f"{mode} weights={[tuple(w.shape) for w in weights[:2]]} layers={num_layers} "
                 f"bidirectional={bidirectional} batch_first={batch_first} bias={has_biases}")
 
         def run_native(x, state):
             if native[0] is None:
-                native[0] = ckernels.Recurrent(mode, weights, has_biases, num_layers,
+                native[0] = Recurrent(mode, weights, has_biases, num_layers,
                                                bidirectional, batch_first)
             return native[0](x, *state)
 

@@ -14,7 +14,7 @@ from differential import check
 from torch import nn
 
 import static_runtime as sr
-from static_runtime.ops import gemm, kernels
+from static_runtime.ops import ckernels, gemm, kernels
 from static_runtime.ops.kernels import Choice, DiskCache, KernelChooser
 
 MEASURE = sr.StaticModuleOptions(kernel_choice="measure", verify_memory_plans=True,
@@ -89,8 +89,9 @@ def test_vector_and_rank_four_inputs():
 @pytest.mark.parametrize("name", [n for n in gemm.candidate_names() if n != "mkl"])
 def test_row_counts_up_to_the_same_power_of_two_share_a_measured_choice(name, monkeypatch):
     """Traffic of every size: a new row count in a bucket measured before is not measured
-    again, and runs that bucket's kernel right; the next bucket is measured (MKL's packing
-    is per row count: measured per row count, not shared)."""
+    again, and runs that bucket's kernel right (MKL's packed for it); the next bucket is
+    measured. The choice is asked for by the bucket, so another module (or process) that
+    meets the bucket's row counts in another order asks for the same key."""
     asked: list[str] = []
 
     def forced(self, key, names, make, default):
@@ -103,8 +104,12 @@ def test_row_counts_up_to_the_same_power_of_two_share_a_measured_choice(name, mo
     for rows in (5, 8, 6, 7, 9):
         x = torch.randn(rows, 24)
         torch.testing.assert_close(mod(x), lin(x))
-    assert [k.split(" K=")[0].split("M=")[1] for k in asked] == ["5", "9"]
-    assert "their bucket's choice" in mod.describe()
+    assert [k.split(" K=")[0].split("M<=")[1] for k in asked] == ["8", "16"]
+    assert "M<=8 threads=1 (measured at M=5)" in mod.describe().replace(
+        f"threads={torch.get_num_threads()}", "threads=1")
+    other = sr.StaticModule(torch.jit.script(lin), MEASURE)
+    other(torch.randn(7, 24))
+    assert asked[-1] == asked[0]  # (row count 7 first: the same key as 5's)
 
 
 @pytest.mark.parametrize("name", gemm.candidate_names())
@@ -176,7 +181,7 @@ def test_warm_cache_measures_nothing_and_describe_shows_the_choice(cache_dir):
     measured = mod.kernels.measured
     assert measured >= 12 and mod.kernels.cached == 0 and mod.kernels.skipped == 0
     text = mod.describe()
-    assert "M=6 threads=" in text and "(measured; µs: " in text and "aten " in text
+    assert "M<=8 threads=" in text and "(measured; µs: " in text and "aten " in text
     assert f"kernel choice: {measured} measured" in text
     entries = json.loads((cache_dir / "kernels.json").read_text())["entries"]
     assert len(entries) == measured
@@ -407,7 +412,7 @@ def test_conv_differential_two_shape_sets():
     labels = [pn.impl.label for pn in mod.plan.nodes()
               if pn.kind == "static_runtime::conv2d_pointwise"]
     assert len(labels) == 4 and all("by measurement" in label for label in labels)
-    assert "x=(2, 3, 9, 7) threads=" in mod.describe()
+    assert "(measured at x=(2, 3, 9, 7)): " in mod.describe()
 
 
 @pytest.mark.parametrize("name", ["onednn", "aten", "matmul", "native"])
@@ -446,9 +451,45 @@ def test_image_sizes_up_to_the_same_power_of_two_pixels_share_a_measured_choice(
         assert torch.equal(x, before)
     measured = [k for k in asked if k.startswith("conv2d")]  # (every layer keeps N, H, W)
     assert not any(", 10, 12)" in k for k in measured), measured
-    assert {k.split(" x=(")[1].split(",")[0] for k in measured} == {"1", "2"}, measured
+    assert {k.split(" pixels<=")[1].split(" ")[0] for k in measured} == {"128", "256"}
     assert len(measured) == 2 * 4  # four convolutions, two buckets; the 81 again: remembered
-    assert "their bucket's choice" in mod.describe()
+    assert "pixels<=128 channels-last" in mod.describe()
+
+
+class Excite(nn.Module):
+    """A squeeze-and-excitation block: 1 × 1 convolutions on a 1 × 1-pixel tensor (both
+    contiguous and channels-last), and a depthwise and a 3 × 3 convolution before them."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth = nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.full = nn.Conv2d(8, 8, 3, padding=1)
+        self.reduce = nn.Conv2d(8, 2, 1)
+        self.expand = nn.Conv2d(2, 8, 1)
+
+    def forward(self, x):
+        h = self.full(torch.relu(self.depth(x)))
+        s = torch.sigmoid(self.expand(torch.relu(self.reduce(
+            nn.functional.adaptive_avg_pool2d(h, 1)))))
+        return nn.functional.adaptive_avg_pool2d(h * s, 1)
+
+
+def test_our_convolutions_unchecked_calls_per_shape(monkeypatch):
+    """Ours chosen everywhere: later calls of a channels-last shape take its unchecked call,
+    bucket-served shapes too; every result equals eager's, inputs unchanged."""
+    if not ckernels.available():
+        pytest.skip("no C compiler: our kernels are absent")
+    monkeypatch.setattr(KernelChooser, "choose",
+                        lambda self, key, names, make, default: Choice(
+                            "native" if "native" in names else default, {}, "forced"))
+    model = Excite().eval()
+    check(model, [torch.randn(1, 8, 6, 6)], [torch.randn(3, 8, 5, 7)],
+          options={"measure": MEASURE})
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    for shape in ((1, 8, 6, 6), (1, 8, 7, 5), (2, 8, 6, 6), (1, 8, 6, 6)):
+        x = torch.randn(shape)
+        for _ in range(2):
+            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
 
 
 def test_conv_kernels_return_channels_last():

@@ -9,7 +9,7 @@ from measured import MEASURE, OPTIONS, fresh_kernel_cache, needs_ckernels  # noq
 from torch import nn
 
 import static_runtime as sr
-from static_runtime.ops import ckernels
+from static_runtime.ops.ckernels.layers import Recurrent
 from static_runtime.ops.kernels import Choice, KernelChooser
 
 pytestmark = needs_ckernels
@@ -85,7 +85,7 @@ def test_recurrent_kernel_matches_atens(mode, layers, bidirectional, batch_first
     cls = nn.LSTM if mode == "lstm" else nn.GRU
     layer = cls(13, 35, num_layers=layers, bidirectional=bidirectional, batch_first=batch_first,
                 bias=bias).eval()
-    kernel = ckernels.Recurrent(mode, [w.detach() for w in layer._flat_weights], bias, layers,
+    kernel = Recurrent(mode, [w.detach() for w in layer._flat_weights], bias, layers,
                                 bidirectional, batch_first)
     dirs = 2 if bidirectional else 1
     for batch, steps in ((1, 11), (5, 3)):  # two shape sets
@@ -107,7 +107,7 @@ def test_recurrent_kernel_matches_atens(mode, layers, bidirectional, batch_first
 
 def test_recurrent_kernel_refuses_what_it_cannot_take():
     layer = nn.GRU(4, 6).eval()
-    kernel = ckernels.Recurrent("gru", [w.detach() for w in layer._flat_weights], True, 1,
+    kernel = Recurrent("gru", [w.detach() for w in layer._flat_weights], True, 1,
                                 False, False)
     with pytest.raises(ValueError, match="contiguous float32 CPU"):
         kernel(torch.randn(3, 2, 5), torch.zeros(1, 2, 6))

@@ -9,7 +9,7 @@ from measured import MEASURE, OPTIONS, fresh_kernel_cache, needs_ckernels  # noq
 from torch import nn
 
 import static_runtime as sr
-from static_runtime.ops import ckernels
+from static_runtime.ops.ckernels.layers import rms_norm
 from static_runtime.ops.kernels import Choice, KernelChooser
 
 pytestmark = needs_ckernels
@@ -93,7 +93,7 @@ def test_kernel_matches_the_composite(h):
 
     torch.manual_seed(h)
     weight = torch.randn(h)
-    kernel = ckernels.rms_norm(weight, 1e-5)
+    kernel = rms_norm(weight, 1e-5)
     for shape in ((1, h), (3, 5, h)):  # two shape sets
         x = torch.randn(shape) * 4
         before = x.clone()

@@ -272,7 +272,20 @@ def depthwise_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: li
         run(x.data_ptr(), out.data_ptr(), block)
         return out
 
+    def direct_for(shape: torch.Size):
+        """``x -> result`` for channels-last float32 CPU inputs of ``shape``, unchecked."""
+        out_shape, strides, address, block = shapes.get(shape) or sizes(shape)
+
+        def direct(x: torch.Tensor) -> torch.Tensor:
+            out = empty_strided(out_shape, strides)
+            run(x.data_ptr(), out.data_ptr(), address)
+            return out
+
+        direct.keep = (packed, bias, block)  # type: ignore[attr-defined]
+        return direct
+
     depthwise.keep = (packed, bias)  # type: ignore[attr-defined]  # the pointers' owners
+    depthwise.direct_for = direct_for  # type: ignore[attr-defined]
     return depthwise
 
 
@@ -385,7 +398,22 @@ class Gemm:
             run(x.data_ptr(), out.data_ptr(), block[1])
             return out
 
+        def direct_for(shape: torch.Size):
+            """``x -> result`` for channels-last float32 CPU inputs of ``shape``, unchecked."""
+            batch, _, h, w = shape
+            out_shape, strides = (batch, n, h, w), _channels_last_strides(n, h, w)
+            block, address = block_for(batch * h * w, k, n)
+
+            def direct(x: torch.Tensor) -> torch.Tensor:
+                out = empty_strided(out_shape, strides)
+                run(x.data_ptr(), out.data_ptr(), address)
+                return out
+
+            direct.keep = (self, block)  # type: ignore[attr-defined]
+            return direct
+
         conv1x1.keep = self  # type: ignore[attr-defined]
+        conv1x1.direct_for = direct_for  # type: ignore[attr-defined]
         return conv1x1
 
 
@@ -440,110 +468,23 @@ class Conv2d:
                 raise MemoryError(f"Conv2d: no memory for the row pointers of {tuple(shape)}")
             return out
 
+        def direct_for(shape: torch.Size):
+            """``x -> result`` for channels-last float32 CPU inputs of ``shape``, unchecked."""
+            out_shape, strides, address, block = shapes.get(shape) or sizes(shape)
+
+            def direct(x: torch.Tensor) -> torch.Tensor:
+                out = empty_strided(out_shape, strides)
+                if run(x.data_ptr(), out.data_ptr(), address):
+                    raise MemoryError(f"Conv2d: no memory for the row pointers of "
+                                      f"{tuple(out_shape)}")
+                return out
+
+            direct.keep = (self, block)  # type: ignore[attr-defined]
+            return direct
+
         conv2d.keep = self  # type: ignore[attr-defined]
+        conv2d.direct_for = direct_for  # type: ignore[attr-defined]
         return conv2d
-
-
-class Recurrent:
-    """An ``nn.LSTM`` / ``nn.GRU`` forward (``torch.lstm`` / ``torch.gru`` with these flat
-    weights, in inference) by our own kernels: per layer and direction, the input projections
-    of all time steps as one GEMM, then the steps in C (``recurrent.c``). Plain layers only
-    (no LSTM projection); any number of layers, either direction, ``batch_first`` or not."""
-
-    def __init__(self, mode: str, weights: list[torch.Tensor], has_biases: bool,
-                 num_layers: int, bidirectional: bool, batch_first: bool):
-        lib = _required_library()
-        if mode not in ("lstm", "gru"):
-            raise ValueError(f"Recurrent runs 'lstm' or 'gru', not {mode!r}")
-        self.mode, self.num_layers, self.batch_first = mode, num_layers, batch_first
-        self.dirs = 2 if bidirectional else 1
-        gates = 4 if mode == "lstm" else 3
-        per = 4 if has_biases else 2
-        self.hidden = weights[1].shape[1]
-        self.input_size = weights[0].shape[1]
-        #: per (layer, direction): the input projection, and the recurrent product (whose
-        #: packed W_hh and padded b_hh the step loop reads)
-        self.layers: list[tuple[Gemm, Gemm]] = []
-        for i in range(num_layers * self.dirs):
-            w_ih, w_hh = weights[i * per], weights[i * per + 1]
-            b_ih = weights[i * per + 2] if has_biases else None
-            b_hh = weights[i * per + 3] if has_biases else None
-            g = gates * self.hidden
-            if w_ih.shape[0] != g or w_hh.shape != (g, self.hidden):
-                raise ValueError(f"Recurrent: {mode} weights of layer {i // self.dirs} do not "
-                                 f"fit a hidden size of {self.hidden}")
-            self.layers.append((Gemm(w_ih.detach().t(), b_ih), Gemm(w_hh.detach().t(), b_hh)))
-        self._projections = [layer[0].kernel() for layer in self.layers]
-        self._run = lib.sr_recurrent_layer
-
-    def __call__(self, x: torch.Tensor, h0: torch.Tensor, c0: torch.Tensor | None = None):
-        """``(output, h_n)`` (GRU) or ``(output, h_n, c_n)`` (LSTM) as ATen gives them, for a
-        contiguous float32 CPU (T, B, input) input (``(B, T, input)`` if ``batch_first``)
-        and (layers · directions, B, hidden) initial states."""
-        lstm = self.mode == "lstm"
-        if x.dtype is not torch.float32 or x.dim() != 3 or not x.is_cpu \
-                or x.shape[2] != self.input_size or not x.is_contiguous():
-            raise ValueError(f"Recurrent takes a contiguous float32 CPU (T, B, "
-                             f"{self.input_size}) input, got {x.dtype} {tuple(x.shape)}")
-        steps, batch = (x.shape[1], x.shape[0]) if self.batch_first else x.shape[:2]
-        hidden, dirs = self.hidden, self.dirs
-        state_shape = (self.num_layers * dirs, batch, hidden)
-        for name, st in (("h0", h0), ("c0", c0 if lstm else h0)):
-            if st is None or st.shape != state_shape or st.dtype is not torch.float32:
-                raise ValueError(f"Recurrent: {name} must be float32 {state_shape}, got "
-                                 f"{None if st is None else (st.dtype, tuple(st.shape))}")
-        h_n = h0.contiguous().clone()  # updated in place, layer by layer
-        c_n = c0.contiguous().clone() if lstm else None
-        layer_input = x
-        out = x
-        for layer in range(self.num_layers):
-            width = dirs * hidden
-            out = torch.empty((*x.shape[:2], width))
-            rows = layer_input.reshape(steps * batch, -1)
-            for d in range(dirs):
-                i = layer * dirs + d
-                recurrent = self.layers[i][1]
-                proj = self._projections[i](rows, None)  # (T·B, G·H): rows in x's order
-                g = proj.shape[1]
-                if self.batch_first:  # row (b, t)
-                    xs_t, xs_b, os_t, os_b = g, steps * g, width, steps * width
-                else:  # row (t, b)
-                    xs_t, xs_b, os_t, os_b = batch * g, g, batch * width, width
-                bias = recurrent.bias
-                status = self._run(
-                    proj.data_ptr(), xs_t, xs_b, recurrent.packed.data_ptr(),
-                    None if bias is None else bias.data_ptr(), h_n[i].data_ptr(),
-                    None if c_n is None else c_n[i].data_ptr(),
-                    out.data_ptr() + d * hidden * out.element_size(),
-                    os_t, os_b, steps, batch, hidden, d)
-                if status:
-                    raise MemoryError("Recurrent: no memory for a step's products")
-            layer_input = out
-        return (out, h_n, c_n) if lstm else (out, h_n)
-
-
-def rms_norm(weight: torch.Tensor, eps: float):
-    """A kernel ``x -> weight * (x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))`` for
-    contiguous float32 CPU ``x`` whose last dimension is ``weight``'s length (``norms.c``)."""
-    lib = _required_library()
-    if weight.dim() != 1 or weight.dtype is not torch.float32:
-        raise ValueError(f"rms_norm takes a float32 1-D weight, got {weight.dtype} "
-                         f"{tuple(weight.shape)}")
-    weight = weight.detach().contiguous()
-    h, w_ptr, run, f32 = weight.shape[0], weight.data_ptr(), lib.sr_rms_norm, torch.float32
-    eps = float(eps)
-
-    def norm(x: torch.Tensor) -> torch.Tensor:
-        if x.dtype is not f32 or not x.is_cpu or x.dim() < 1 or x.shape[-1] != h \
-                or not x.is_contiguous():
-            raise ValueError(f"rms_norm takes a contiguous float32 CPU tensor of last "
-                             f"dimension {h}, got {x.dtype} {tuple(x.shape)}")
-        out = torch.empty_like(x)
-        run(x.data_ptr(), w_ptr, out.data_ptr(), x.numel() // h if h else 0, h, eps)
-        return out
-
-    norm.keep = weight  # type: ignore[attr-defined]
-    return norm
 
 
 def _channels_last_strides(c: int, h: int, w: int) -> tuple[int, int, int, int]:
