@@ -275,14 +275,7 @@ def depthwise_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, stride: li
     def direct_for(shape: torch.Size):
         """``x -> result`` for channels-last float32 CPU inputs of ``shape``, unchecked."""
         out_shape, strides, address, block = shapes.get(shape) or sizes(shape)
-
-        def direct(x: torch.Tensor) -> torch.Tensor:
-            out = empty_strided(out_shape, strides)
-            run(x.data_ptr(), out.data_ptr(), address)
-            return out
-
-        direct.keep = (packed, bias, block)  # type: ignore[attr-defined]
-        return direct
+        return _unchecked(run, out_shape, strides, address, (packed, bias, block))
 
     depthwise.keep = (packed, bias)  # type: ignore[attr-defined]  # the pointers' owners
     depthwise.direct_for = direct_for  # type: ignore[attr-defined]
@@ -403,14 +396,7 @@ class Gemm:
             batch, _, h, w = shape
             out_shape, strides = (batch, n, h, w), _channels_last_strides(n, h, w)
             block, address = block_for(batch * h * w, k, n)
-
-            def direct(x: torch.Tensor) -> torch.Tensor:
-                out = empty_strided(out_shape, strides)
-                run(x.data_ptr(), out.data_ptr(), address)
-                return out
-
-            direct.keep = (self, block)  # type: ignore[attr-defined]
-            return direct
+            return _unchecked(run, out_shape, strides, address, (self, block))
 
         conv1x1.keep = self  # type: ignore[attr-defined]
         conv1x1.direct_for = direct_for  # type: ignore[attr-defined]
@@ -471,20 +457,29 @@ class Conv2d:
         def direct_for(shape: torch.Size):
             """``x -> result`` for channels-last float32 CPU inputs of ``shape``, unchecked."""
             out_shape, strides, address, block = shapes.get(shape) or sizes(shape)
-
-            def direct(x: torch.Tensor) -> torch.Tensor:
-                out = empty_strided(out_shape, strides)
-                if run(x.data_ptr(), out.data_ptr(), address):
-                    raise MemoryError(f"Conv2d: no memory for the row pointers of "
-                                      f"{tuple(out_shape)}")
-                return out
-
-            direct.keep = (self, block)  # type: ignore[attr-defined]
-            return direct
+            return _unchecked(run, out_shape, strides, address, (self, block), "Conv2d")
 
         conv2d.keep = self  # type: ignore[attr-defined]
         conv2d.direct_for = direct_for  # type: ignore[attr-defined]
         return conv2d
+
+
+def _unchecked(run, out_shape: tuple, strides: tuple, address: int, keep: tuple,
+               fails: str | None = None):
+    """A convolution's ``x -> result`` for channels-last float32 CPU inputs of one shape that
+    checks nothing: the channels-last result allocated, ``run`` on the pointers and the
+    argument block at ``address`` (``keep``: what the pointers name). ``fails``: the kernel
+    returns non-zero when it could not allocate its own memory, and is named in the error."""
+    empty_strided = torch.empty_strided
+
+    def direct(x: torch.Tensor) -> torch.Tensor:
+        out = empty_strided(out_shape, strides)
+        if run(x.data_ptr(), out.data_ptr(), address) and fails is not None:
+            raise MemoryError(f"{fails}: no memory for the row pointers of {tuple(out_shape)}")
+        return out
+
+    direct.keep = keep  # type: ignore[attr-defined]
+    return direct
 
 
 def _channels_last_strides(c: int, h: int, w: int) -> tuple[int, int, int, int]:
