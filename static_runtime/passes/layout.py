@@ -103,7 +103,7 @@ def channels_last(graph: Graph) -> bool:
         return False
     _insert_exits(graph, region, exits)
     for conv in seeds:
-        if conv in kept and conv.kind != _FUSED_CONV:
+        if conv in kept:
             _rewrite_conv(graph, conv)
     return True
 
