@@ -20,8 +20,10 @@ the choice is remembered — and keeps the answer for the next calls:
 * ``onednn``: ``mkldnn._linear_pointwise`` on the weight reordered once into oneDNN's blocked
   layout, bias and activation fused; it allocates its result, so the copy into the planned
   tensor is part of what is timed;
-* ``mkl``: ``mkl._mkl_linear`` on the weight packed by MKL for that row count (kept only
-  where it won), the activation in place, copied likewise;
+* ``mkl``: ``mkl._mkl_linear`` on the weight packed by MKL for the largest row count of the
+  row count's bucket (the packed GEMM runs at that row count, ATen's plain ``linear`` at the
+  others; one pack a bucket, kept only where it won), the activation in place, copied
+  likewise;
 * ``native``: our own kernel (``ops/ckernels/gemm.c``) on the weight packed once into its
   panels, bias and ReLU / ReLU6 in its epilogue (other activations in place after it), written
   straight into the planned tensor — where a C compiler could build it.
@@ -29,9 +31,10 @@ the choice is remembered — and keeps the answer for the next calls:
 Each candidate is timed as it will run: ours by its unchecked call, and allocating when the
 call that asks allocates. One choice serves a row count in both forms (a node's first call,
 which records, allocates; the next write into the arena): two choices could differ, and the
-same call would then give other bits on its first run than on the next. Each input shape keeps its call: later calls check the
-input's shape, dtype, device and contiguity (and the out tensor, unless it is the last call's)
-and make that one call — ours without its own wrapper's checks, ~0.3 µs in all.
+same call would then give other bits on its first run than on the next. Each input shape
+keeps its call: later calls check the input's shape, dtype, device and contiguity (and the
+out tensor, unless it is the last call's) and make that one call — ours without its own
+wrapper's checks, ~0.3 µs in all.
 
 Anything else — another dtype or device, a non-contiguous input, arguments that are not the
 constants (a planning run on meta copies) — runs the implementation selected otherwise.
@@ -204,15 +207,20 @@ class GemmKernels:
         return onednn
 
     def _mkl(self, rows: int):
-        packed = self.mkl_packs.get(rows)
+        # One pack per row-count bucket, made for its largest row count: MKL's packed GEMM
+        # runs at that row count only (ATen's ``_mkl_linear`` takes its plain ``linear`` at
+        # any other), and a pack per row count would keep a copy of the weight for every
+        # size traffic brings. Timed as it will run, so it is chosen where that pays.
+        packed_rows = size_bucket(rows)
+        packed = self.mkl_packs.get(packed_rows)
         if packed is None:
-            packed = self.mkl_packs[rows] = torch.ops.mkl._mkl_reorder_linear_weight(
-                self.weight, rows)
+            packed = self.mkl_packs[packed_rows] = torch.ops.mkl._mkl_reorder_linear_weight(
+                self.weight, packed_rows)
         weight, bias, act_ = self.weight, self.bias, self.act_
         linear = torch.ops.mkl._mkl_linear.default
 
         def mkl(x2, o2):
-            y = linear(x2, packed, weight, bias, rows)
+            y = linear(x2, packed, weight, bias, packed_rows)
             if act_ is not None:
                 act_(y)
             return y if o2 is None else o2.copy_(y)
@@ -287,7 +295,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
 
         choice = chooser.choose(problem, names, make, default="aten")
         if choice.name != "mkl":
-            kernels.mkl_packs.pop(rows, None)
+            kernels.mkl_packs.pop(key[0], None)
         if choice.name != "native" and not any(c.name == "native" for c in choices.values()):
             kernels.drop_native()  # its packed copy of the weight serves no row count
         chosen[key] = choice.name

@@ -86,7 +86,7 @@ def test_vector_and_rank_four_inputs():
     check(lin, [torch.randn(32)], [torch.randn(2, 3, 4, 32)], options=OPTIONS)
 
 
-@pytest.mark.parametrize("name", [n for n in gemm.candidate_names() if n != "mkl"])
+@pytest.mark.parametrize("name", gemm.candidate_names())
 def test_row_counts_up_to_the_same_power_of_two_share_a_measured_choice(name, monkeypatch):
     """Traffic of every size: a new row count in a bucket measured before is not measured
     again, and runs that bucket's kernel right (MKL's packed for it); the next bucket is
@@ -335,6 +335,22 @@ def test_a_choice_made_without_a_candidate_available_now_is_measured_again(tmp_p
     assert first.how == "measured"
     assert chooser.lookup("k", ("aten",)).name == "aten"
     assert chooser.lookup("k", ("aten", "native")) is None  # a new kernel: not yet compared
+
+
+def test_mkl_keeps_one_packed_weight_a_row_count_bucket():
+    """Traffic of every size: MKL's packed weight is made per bucket (for its largest row
+    count), not per row count — a copy of the weight for every size would grow without
+    bound; every row count is still right."""
+    if "mkl" not in gemm.candidate_names():
+        pytest.skip("this build of PyTorch has no MKL packed GEMM")
+    torch.manual_seed(8)
+    weight, bias = torch.randn(16, 24), torch.randn(16)
+    ks = gemm.GemmKernels(weight.t(), bias, "none")
+    for rows in range(1, 41):
+        x = torch.randn(rows, 24)
+        torch.testing.assert_close(ks.kernel("mkl", rows)(x, None), torch.addmm(bias, x, weight.t()),
+                                   rtol=1e-4, atol=1e-5)
+    assert sorted(ks.mkl_packs) == [1, 2, 4, 8, 16, 32, 64]
 
 
 def test_gemm_kernels_agree_with_addmm():
