@@ -90,6 +90,7 @@ from benchmarks.traffic_stats import percentile, size_ratios, summary
 from benchmarks.traffic_workloads import WORKLOADS, Workload
 from static_runtime.compare.agreement import _agree, _max_abs_error
 from static_runtime.compare.onnx_peer import _ort_caller
+from static_runtime.compare.peers import UNTUNED
 from static_runtime.compare.runner import _reason
 from static_runtime.runtime.hot import wait_for_builds
 
@@ -219,7 +220,7 @@ def make_peers(w: Workload, include: tuple[str, ...], plan_cache_size: int | Non
         "static_runtime_cache8": ours(scripted, sr.StaticModuleOptions(plan_cache_size=8)),
         "static_runtime_layout_first": layout_first,
         "static_runtime_untuned": ours(scripted, dataclasses.replace(
-            options, kernel_choice="default", channels_last=False)),
+            options, kernel_choice=UNTUNED.kernel_choice, channels_last=UNTUNED.channels_last)),
     }
     peers = []
     for name in include:

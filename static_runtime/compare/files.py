@@ -32,7 +32,7 @@ import torch
 import static_runtime as sr
 from static_runtime.compare.memory import _arena_bytes
 from static_runtime.compare.onnx_peer import _make_onnxruntime
-from static_runtime.compare.peers import _in_inference_mode, _make_torch_compile
+from static_runtime.compare.peers import UNTUNED, _in_inference_mode, _make_torch_compile
 from static_runtime.compare.runner import Runner, _reason, _refused, _Setup
 
 ARCHIVE_RUNNERS = ("torchscript", "torchscript_frozen", "pytorch_static_runtime",
@@ -42,11 +42,6 @@ EXPORTED_RUNNERS = ("eager", "onnxruntime", "torch_compile", "static_runtime")
 #: A factory builds a runner's function; it may record, in the ``_Setup`` it is given, the
 #: caveats and details of its peer and how to read the bytes it holds (``held``).
 Factory = Callable[[_Setup], Callable[[], Any]]
-
-
-#: Ours with the defaults before issue 19 (``bench --untuned``): ATen's kernels by fixed
-#: rules, nothing timed, and a conv net's activations in eager's layout.
-UNTUNED = sr.StaticModuleOptions(kernel_choice="default", channels_last=False)
 
 
 def make_archive_runners(path: str | Path, inputs: tuple, *,

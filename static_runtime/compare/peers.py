@@ -123,12 +123,15 @@ def _make_static_runtime_fused(s: _Setup) -> Callable[[], Any]:
     return run
 
 
+#: Ours with the defaults before issue 19 (the ``static_runtime_untuned`` peer, ``bench
+#: --untuned``): every kernel by fixed rules, nothing timed, and a conv net's activations in
+#: eager's layout (the default, ``static_runtime``, measures kernels and keeps them
+#: channels-last).
+UNTUNED = sr.StaticModuleOptions(kernel_choice="default", channels_last=False)
+
+
 def _make_static_runtime_untuned(s: _Setup) -> Callable[[], Any]:
-    """Ours with the defaults before issue 19: every kernel by fixed rules, nothing timed,
-    and a conv net's activations in eager's layout (the default, ``static_runtime``,
-    measures kernels and keeps them channels-last)."""
-    return _make_static_runtime(s, sr.StaticModuleOptions(kernel_choice="default",
-                                                          channels_last=False))
+    return _make_static_runtime(s, UNTUNED)
 
 
 def _make_torch_compile(s: _Setup) -> Callable[[], Any]:
