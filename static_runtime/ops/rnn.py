@@ -1,5 +1,6 @@
-"""``aten::lstm`` / ``aten::gru`` with constant weights: under ``StaticModuleOptions(
-kernel_choice="measure")`` their kernel is chosen per input shape and thread count by
+"""``aten::lstm`` / ``aten::gru`` and their cells ``aten::lstm_cell`` / ``aten::gru_cell``
+with constant weights: under ``StaticModuleOptions(kernel_choice="measure")`` their kernel is
+chosen per input shape (a cell's: per batch up to the same power of two) and thread count by
 measurement (``ops/kernels.py``), as ``ops/conv1d.py`` does for 1-D convolutions.
 
 The candidates, each returning ATen's outputs:
@@ -7,11 +8,14 @@ The candidates, each returning ATen's outputs:
 * ``aten``: ``torch.lstm`` / ``torch.gru`` (what runs without measuring: a loop of ATen
   operators per step for the GRU, oneDNN's RNN primitive for the LSTM);
 * ``native``: our own kernels (``ops/ckernels``: the input projections of all steps as one
-  GEMM per layer and direction, then the steps in C) — where a compiler could build them.
+  GEMM per layer and direction, then the steps in C; a cell's two products and its gates in
+  one call) — where a compiler could build them.
 
 Only plain layers in inference are claimed (``train`` false, no LSTM projection), on a
-contiguous 3-D float32 CPU input with the initial states given; anything else — the meta
-tensors of planning, unbatched input — takes ATen's operator.
+contiguous 3-D float32 CPU input with the initial states given, and cells on a contiguous 2-D
+float32 CPU input and states (``nn.GRUCell`` / ``nn.LSTMCell`` make an unbatched input 2-D
+before the call); anything else — the meta tensors of planning, unbatched input — takes
+ATen's operator.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ import torch
 
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
-from static_runtime.ops.ckernels.layers import Recurrent
-from static_runtime.ops.kernels import KernelChooser, PerShape
+from static_runtime.ops.ckernels.layers import Cell, Recurrent
+from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
 from static_runtime.ops.native.recurrent import plain_layer
 from static_runtime.ops.registry import labelled, register_measured, register_native
+from static_runtime.ops.selection import constant_value
 
 _SCHEMAS = {"lstm": str(torch.ops.aten.lstm.input._schema),
             "gru": str(torch.ops.aten.gru.input._schema)}
@@ -109,3 +114,115 @@ def _measured_factory(mode: str):
 for _mode in ("lstm", "gru"):
     register_native(f"aten::{_mode}")(_native_factory(_mode))
     register_measured(f"aten::{_mode}")(_measured_factory(_mode))
+
+
+_CELL_SCHEMAS = {"lstm": str(torch.ops.aten.lstm_cell.default._schema),
+                 "gru": str(torch.ops.aten.gru_cell.default._schema)}
+_CELL_ATEN = {"lstm": torch.lstm_cell, "gru": torch.gru_cell}
+
+
+def _cell_weights(node: Node, mode: str) -> tuple | None:
+    """``(w_ih, w_hh, b_ih, b_hh)`` of a cell node whose weights are constant float32 CPU
+    tensors of one cell (the biases constant or None), else None."""
+    if node.schema != _CELL_SCHEMAS[mode]:
+        return None
+    values = [constant_value(v) for v in node.inputs[2:6]]
+    w_ih, w_hh, b_ih, b_hh = values
+    if not all(isinstance(w, torch.Tensor) and w.dtype is torch.float32 and w.dim() == 2
+               and w.device.type == "cpu" for w in (w_ih, w_hh)) \
+            or not all(b is None or (isinstance(b, torch.Tensor) and b.dtype is torch.float32
+                                     and b.device.type == "cpu") for b in (b_ih, b_hh)):
+        return None
+    g = (4 if mode == "lstm" else 3) * w_hh.shape[1]
+    if w_ih.shape[0] != g or w_hh.shape[0] != g or 0 in w_ih.shape or any(
+            b is not None and b.shape != (g,) for b in (b_ih, b_hh)):
+        return None
+    return w_ih, w_hh, b_ih, b_hh
+
+
+def _cell_native_factory(mode: str):
+    aten = _CELL_ATEN[mode]
+
+    def factory(node: Node):
+        """ATen's cell as the fallback would call it, a native for the measured choice."""
+        if _cell_weights(node, mode) is None:
+            return None
+
+        @labelled(f"torch.{mode}_cell")
+        def fn(*args):
+            return aten(*args)
+
+        return fn
+
+    return factory
+
+
+def _cell_measured_factory(mode: str):
+    aten = _CELL_ATEN[mode]
+    lstm = mode == "lstm"
+
+    def factory(node: Node, chooser: KernelChooser, default: Callable[..., Any]
+                ) -> Callable[..., Any] | None:
+        found = _cell_weights(node, mode)
+        if found is None or not ckernels.available():
+            return None
+        w_ih, w_hh, b_ih, b_hh = found
+        input_size, hidden = w_ih.shape[1], w_hh.shape[1]
+        per_shape = PerShape(chooser, ("aten", "native"))
+        native: list[Cell | None] = [None]
+        #: (x's shape, threads) → our cell's direct call, or None for ATen's
+        calls: dict[tuple, Any] = {}
+        f32, threads = torch.float32, torch.get_num_threads
+        spec = f"{mode}_cell w_ih={tuple(w_ih.shape)} bias={b_ih is not None}"
+
+        def native_cell() -> Cell:
+            if native[0] is None:
+                native[0] = Cell(mode, w_ih, w_hh, b_ih, b_hh)
+            return native[0]
+
+        def decide(x, hx, states, key):
+            batch = x.shape[0]
+            bucket = size_bucket(batch)
+            bucket_key = (torch.Size((bucket, input_size)), key[1])
+            name = per_shape.chosen.get(bucket_key)
+            if name is None:
+                direct = native_cell().direct(batch)
+
+                def ours():
+                    out = direct(x, *states)
+                    return out[0] if lstm else out
+
+                def theirs():
+                    out = aten(x, hx, w_ih, w_hh, b_ih, b_hh)
+                    return out[0] if lstm else out
+
+                name = per_shape.choose(bucket_key, f"{spec} float32 B<={bucket}",
+                                        lambda: {"aten": theirs, "native": ours})
+            call = native_cell().direct(batch) if name == "native" else None
+            ckernels.remember(calls, key, call)
+            return call
+
+        @labelled(f"{mode}_cell: kernel chosen per batch size by measurement")
+        def fn(x, hx, w_ih_, w_hh_, b_ih_, b_hh_):
+            if w_ih_ is w_ih and w_hh_ is w_hh and b_ih_ is b_ih and b_hh_ is b_hh \
+                    and x.dtype is f32 and x.dim() == 2 and x.is_cpu and x.is_contiguous():
+                states = tuple(hx) if lstm else (hx,)
+                shape = x.shape
+                if shape[0] > 0 and shape[1] == input_size and all(
+                        isinstance(s, torch.Tensor) and s.dtype is f32 and s.is_cpu
+                        and s.shape == (shape[0], hidden) and s.is_contiguous()
+                        for s in states):
+                    key = (shape, threads())
+                    call = calls[key] if key in calls else decide(x, hx, states, key)
+                    if call is not None:
+                        return call(x, *states)
+            return default(x, hx, w_ih_, w_hh_, b_ih_, b_hh_)
+
+        return per_shape.expose(fn, (f"{mode}_cell", tuple(w_ih.shape), tuple(w_hh.shape)))
+
+    return factory
+
+
+for _mode in ("lstm", "gru"):
+    register_native(f"aten::{_mode}_cell")(_cell_native_factory(_mode))
+    register_measured(f"aten::{_mode}_cell")(_cell_measured_factory(_mode))

@@ -1,6 +1,8 @@
-"""The measured ``aten::lstm`` / ``aten::gru`` (``ops/rnn.py``): differential against
-TorchScript on two input shape sets whichever kernel wins, each kernel forced, and ATen's
-operator for what the measured one does not claim."""
+"""The measured ``aten::lstm`` / ``aten::gru`` and their cells (``ops/rnn.py``): differential
+against TorchScript on two input shape sets whichever kernel wins, each kernel forced, our
+kernels against ATen's, and ATen's operator for what the measured one does not claim."""
+
+import re
 
 import pytest
 import torch
@@ -9,7 +11,7 @@ from measured import MEASURE, OPTIONS, fresh_kernel_cache, needs_ckernels  # noq
 from torch import nn
 
 import static_runtime as sr
-from static_runtime.ops.ckernels.layers import Recurrent
+from static_runtime.ops.ckernels.layers import Cell, Recurrent
 from static_runtime.ops.kernels import Choice, KernelChooser
 
 pytestmark = needs_ckernels
@@ -113,3 +115,105 @@ def test_recurrent_kernel_refuses_what_it_cannot_take():
         kernel(torch.randn(3, 2, 5), torch.zeros(1, 2, 6))
     with pytest.raises(ValueError, match="h0 must be float32"):
         kernel(torch.randn(3, 2, 4), torch.zeros(1, 3, 6))
+
+
+class Cells(nn.Module):
+    """A GRUCell and an LSTMCell stepped over the time axis (as a greedy decoder steps its
+    cell), the GRU without biases."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRUCell(6, 20, bias=False)
+        self.lstm = nn.LSTMCell(20, 17)
+
+    def forward(self, x, h, c):
+        g = torch.zeros(x.size(1), 20)
+        outs: list[torch.Tensor] = []
+        for t in range(x.size(0)):
+            g = self.gru(x[t].contiguous(), g)
+            h, c = self.lstm(g, (h, c))
+            outs.append(h)
+        return torch.stack(outs), g, c
+
+
+def _cell_inputs():
+    torch.manual_seed(3)
+    return ([torch.randn(4, 1, 6), torch.randn(1, 17), torch.randn(1, 17)],
+            [torch.randn(3, 5, 6), torch.randn(5, 17), torch.randn(5, 17)])
+
+
+def test_cells_differential_two_shape_sets():
+    first, second = _cell_inputs()
+    mod = check(Cells().eval(), first, second, options=OPTIONS)["measure"]
+    labels = [pn.impl.label for pn in mod.plan.nodes()
+              if pn.kind in ("aten::gru_cell", "aten::lstm_cell")]
+    assert len(labels) == 2 and all("by measurement" in label for label in labels), labels
+    assert "x=(8, 20) threads=" in mod.describe()  # batch 5's bucket, the LSTM cell's input
+
+
+@pytest.mark.parametrize("name", ["aten", "native"])
+def test_cells_each_kernel_forced(name, monkeypatch):
+    monkeypatch.setattr(KernelChooser, "choose",
+                        lambda self, key, names, make, default: Choice(name, {}, "forced"))
+    first, second = _cell_inputs()
+    mod = check(Cells().eval(), first, second, options={"measure": MEASURE})["measure"]
+    assert mod.describe().count(f": {name} (forced)") >= 2
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_cell_kernel_matches_atens(mode, bias):
+    torch.manual_seed(bias)
+    cell = (nn.LSTMCell if mode == "lstm" else nn.GRUCell)(13, 35, bias=bias).eval()
+    kernel = Cell(mode, cell.weight_ih.detach(), cell.weight_hh.detach(),
+                  cell.bias_ih.detach() if bias else None,
+                  cell.bias_hh.detach() if bias else None)
+    for batch in (1, 9):  # two shape sets
+        x, h, c = torch.randn(batch, 13), torch.randn(batch, 35), torch.randn(batch, 35)
+        before = [t.clone() for t in (x, h, c)]
+        call = kernel.direct(batch)
+        with torch.inference_mode():
+            expected = cell(x, (h, c)) if mode == "lstm" else (cell(x, h),)
+            got = call(x, h, c) if mode == "lstm" else (call(x, h),)
+        for g, e in zip(got, expected, strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+        again = call(x, h, c) if mode == "lstm" else (call(x, h),)
+        assert all(torch.equal(a, g) for a, g in zip(again, got))
+        assert all(torch.equal(a, b) for a, b in zip((x, h, c), before))
+
+
+def test_cell_kernel_refuses_weights_that_do_not_fit():
+    cell = nn.GRUCell(4, 6)
+    with pytest.raises(ValueError, match="do not fit a hidden size of 6"):
+        Cell("gru", cell.weight_ih.detach()[:9], cell.weight_hh.detach(), None, None)
+    with pytest.raises(ValueError, match="runs 'lstm' or 'gru'"):
+        Cell("rnn", cell.weight_ih.detach(), cell.weight_hh.detach(), None, None)
+
+
+class _GruCell(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.cell = nn.GRUCell(5, 8)
+
+    def forward(self, x, h):
+        return self.cell(x, h)
+
+
+def test_cell_unbatched_strided_and_mistyped_inputs():
+    """An unbatched input (nn.GRUCell makes it 2-D: measured) and a non-contiguous one
+    (ATen's cell, nothing measured) give eager's answer; a float64 input eager's error."""
+    model = _GruCell().eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    with torch.inference_mode():
+        x, h = torch.randn(5), torch.randn(8)
+        torch.testing.assert_close(mod(x, h), model(x, h))
+        assert mod.kernels.measured == 1
+        xs, hs = torch.randn(5, 3).t(), torch.randn(3, 8)
+        assert not xs.is_contiguous()
+        torch.testing.assert_close(mod(xs, hs), model(xs, hs))
+        assert mod.kernels.measured == 1
+        x64, h64 = torch.randn(2, 5, dtype=torch.float64), torch.randn(2, 8, dtype=torch.float64)
+        with pytest.raises(RuntimeError) as eager_error:
+            model(x64, h64)
+        with pytest.raises(RuntimeError, match=re.escape(str(eager_error.value).split("\n")[0][:40])):
+            mod(x64, h64)

@@ -177,6 +177,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sr_recurrent_layer.restype = ctypes.c_int
     lib.sr_recurrent_layer.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64,
                                        _I64, _I64, _I64, _I64, ctypes.c_int]
+    lib.sr_rnn_cell.restype = ctypes.c_int
+    lib.sr_rnn_cell.argtypes = [_PTR, _PTR, _PTR, _PTR, _PTR, _PTR]
     lib.sr_gemm_pack.restype = None
     lib.sr_gemm_pack.argtypes = [_PTR, _I64, _I64, _I64, _PTR]
     lib.sr_gemm_nr.restype = _I64

@@ -1,11 +1,12 @@
-"""Whole layers by our own kernels (``recurrent.c``, ``norms.c``): an LSTM/GRU forward and RMS
-normalisation, built on the GEMM and argument blocks of ``ckernels``."""
+"""Whole layers by our own kernels (``recurrent.c``, ``norms.c``): an LSTM/GRU forward, one
+LSTM/GRU cell step and RMS normalisation, built on the GEMM and argument blocks of
+``ckernels``."""
 
 from __future__ import annotations
 
 import torch
 
-from static_runtime.ops.ckernels import Gemm, _required_library
+from static_runtime.ops.ckernels import Gemm, _block, _required_library, remember
 
 
 class Recurrent:
@@ -84,6 +85,62 @@ class Recurrent:
                     raise MemoryError("Recurrent: no memory for a step's products")
             layer_input = out
         return (out, h_n, c_n) if lstm else (out, h_n)
+
+
+class Cell:
+    """``torch.gru_cell`` / ``torch.lstm_cell`` in inference by our own kernel (``sr_rnn_cell``):
+    the input and the recurrent product on weights packed once, then the gates, in one call
+    (ATen's cell makes two GEMMs, a split and a handful of element-wise operators)."""
+
+    def __init__(self, mode: str, w_ih: torch.Tensor, w_hh: torch.Tensor,
+                 b_ih: torch.Tensor | None, b_hh: torch.Tensor | None):
+        lib = _required_library()
+        if mode not in ("lstm", "gru"):
+            raise ValueError(f"Cell runs 'lstm' or 'gru', not {mode!r}")
+        self.lstm = mode == "lstm"
+        self.input_size, self.hidden = w_ih.shape[-1], w_hh.shape[-1]
+        g = (4 if self.lstm else 3) * self.hidden
+        if w_ih.shape != (g, self.input_size) or w_hh.shape != (g, self.hidden) or any(
+                b is not None and b.shape != (g,) for b in (b_ih, b_hh)):
+            raise ValueError(f"Cell: {mode} cell weights {tuple(w_ih.shape)}, "
+                             f"{tuple(w_hh.shape)} do not fit a hidden size of {self.hidden}")
+        self.ih, self.hh = Gemm(w_ih.detach().t(), b_ih), Gemm(w_hh.detach().t(), b_hh)
+        self._run = lib.sr_rnn_cell
+        self._blocks: dict[int, tuple] = {}
+
+    def direct(self, batch: int):
+        """``(x, h) -> h'`` (GRU) or ``(x, h, c) -> (h', c')`` (LSTM) for ``batch`` rows,
+        checking nothing: the caller has checked that ``x`` is a contiguous float32 CPU
+        (batch, input) tensor and each state a contiguous float32 CPU (batch, hidden) one."""
+        found = self._blocks.get(batch)
+        if found is None:
+            ih, hh = self.ih, self.hh
+            found = remember(self._blocks, batch, _block(
+                batch, self.input_size, self.hidden, ih.packed.data_ptr(),
+                0 if ih.bias is None else ih.bias.data_ptr(), hh.packed.data_ptr(),
+                0 if hh.bias is None else hh.bias.data_ptr()))
+        block, address = found
+        run, empty, shape = self._run, torch.empty, (batch, self.hidden)
+
+        def failed():
+            return MemoryError(f"Cell: no memory for the gates of {batch} rows")
+
+        if self.lstm:
+            def cell(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
+                hn, cn = empty(shape), empty(shape)
+                if run(x.data_ptr(), h.data_ptr(), c.data_ptr(), hn.data_ptr(), cn.data_ptr(),
+                       address):
+                    raise failed()
+                return hn, cn
+        else:
+            def cell(x: torch.Tensor, h: torch.Tensor):
+                hn = empty(shape)
+                if run(x.data_ptr(), h.data_ptr(), None, hn.data_ptr(), None, address):
+                    raise failed()
+                return hn
+
+        cell.keep = (self, block)  # type: ignore[attr-defined]  # what the addresses name
+        return cell
 
 
 def rms_norm(weight: torch.Tensor, eps: float):
