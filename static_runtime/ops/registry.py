@@ -188,6 +188,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         selection,
     )
     from static_runtime.ops.native import (  # noqa: F401
+        conditions,
         containers,
         fused,
         layout,

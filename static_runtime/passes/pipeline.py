@@ -14,7 +14,8 @@ GraphPass = Callable[[Graph], bool]
 PASS_ORDER = (
     "inline", "remove_noops", "constant_propagation", "functionalize", "specialize_alpha",
     "batch_embeddings", "variadic_cat_stack", "merge_tuple_unpacks", "fuse_transformer_encoder",
-    "scalarize_loop_counters", "fold_batchnorm", "pack_linears", "fuse_attention",
+    "scalarize_loop_counters", "fuse_scalar_compare", "fold_batchnorm", "pack_linears",
+    "fuse_attention",
     "fuse_rms_norm", "fuse_gelu", "causal_conv1d",
     "fuse_convolution", "channels_last", "fuse_linear_pointwise", "fuse_linear_activation",
     "compile_recurrent",

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from static_runtime.ir.graph import Graph
 from static_runtime.passes.alpha import specialize_alpha
 from static_runtime.passes.causal import causal_conv1d
+from static_runtime.passes.conditions import fuse_scalar_compare
 from static_runtime.passes.constant_propagation import NodeEvaluator, constant_propagation
 from static_runtime.passes.counters import scalarize_loop_counters
 from static_runtime.passes.dead_code import eliminate_dead_code
@@ -48,6 +49,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "merge_tuple_unpacks": merge_tuple_unpacks,
         "fuse_transformer_encoder": fuse_transformer_encoder,
         "scalarize_loop_counters": scalarize_loop_counters,
+        "fuse_scalar_compare": fuse_scalar_compare,
         "fold_batchnorm": fold_batchnorm,
         "pack_linears": pack_linears,
         "fuse_attention": fuse_attention,

@@ -94,6 +94,9 @@ class StaticModuleOptions:
     fuse_regions: bool = True
     #: a loop counter carried in a 0-dim int64 tensor (torch.export's while_loop) → an int
     scalarize_loop_counters: bool = True
+    #: ``bool(x < c)`` for a constant number ``c`` (any of < <= > >= == !=) → one node that
+    #: compares x's one value in Python, as ATen would (``passes/conditions.py``)
+    fuse_scalar_compare: bool = True
     #: with ``fusion_compiler``: an LSTM/GRU layer with constant weights → compiled per input
     #: signature (``passes/recurrent.py``); does nothing while ``fusion_compiler`` is None
     compile_recurrent: bool = True

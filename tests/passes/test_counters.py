@@ -28,7 +28,10 @@ def _loop_types(mod: sr.StaticModule) -> list[str]:
 
 
 def _tensor_compares(mod: sr.StaticModule) -> int:
-    return sum(n.kind == "aten::Bool" for n in mod.graph.walk())
+    """Conditions read from a tensor: ``aten::Bool``, or the node ``fuse_scalar_compare``
+    makes of it and a comparison with a constant."""
+    return sum(n.kind in ("aten::Bool", "static_runtime::compare_scalar")
+               for n in mod.graph.walk())
 
 
 def test_exported_control_flow_counts_in_ints():

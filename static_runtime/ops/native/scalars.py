@@ -27,6 +27,8 @@ import math
 import operator
 from collections.abc import Callable
 
+import torch
+
 from static_runtime.ir import schema as S
 from static_runtime.ir.graph import Node
 from static_runtime.ops.registry import register_native
@@ -219,7 +221,17 @@ def _int(node: Node):
         return _float_to_int
     if arg in ("int", "bool"):
         return int
-    return None  # Scalar, str: the fallback
+    if arg in ("Scalar", "number"):  # what ``int(x.item())`` records
+        fallback = torch.ops.aten.Int.Scalar
+
+        def scalar_to_int(v):
+            kind = type(v)
+            if kind is float:
+                return _float_to_int(v)
+            return int(v) if kind is int or kind is bool else fallback(v)
+
+        return scalar_to_int
+    return None  # str: the fallback
 
 
 @register_native("aten::Float")
@@ -244,6 +256,13 @@ def _bool(node: Node):
     if arg in ("int", "float", "bool"):
         return bool
     return None
+
+
+@register_native("aten::item")
+def _item(node: Node):
+    # the tensor's one value as a Python number of its kind (float, int, bool, complex), as
+    # TorchScript's Scalar holds it; ``torch.ops.aten.item`` costs ~0.9 µs against 0.1
+    return lambda t: t.item()
 
 
 @register_native("aten::ScalarImplicit")
