@@ -185,6 +185,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         norms,
         out_variants,
         rnn,
+        scalar_operands,
         selection,
     )
     from static_runtime.ops.native import (  # noqa: F401

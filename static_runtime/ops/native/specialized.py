@@ -3,7 +3,8 @@
 ``static_runtime::add`` / ``static_runtime::sub``: ``aten::add``/``aten::sub`` (``.Tensor``
 and ``.Scalar``) whose ``alpha`` was the constant 1 (``passes/alpha.py``). Without ``alpha``
 they bind to the cheapest call, ``torch.add(a, b)``; the result, dtype included, is the same
-as with ``alpha=1``. Their schemas say the output is fresh.
+as with ``alpha=1``; a constant number operand (``.Scalar``) is passed as a tensor made once
+(``ops/scalar_operands.py``). Their schemas say the output is fresh.
 
 Their schemas are declared in ``ir/own_ops.py``, as PyTorch operators too
 (``torch.ops.static_runtime.add.Tensor``...); this module gives those operators ``torch.add``
@@ -24,6 +25,7 @@ from static_runtime.ops.registry import (
     register_native,
     register_out_variant,
 )
+from static_runtime.ops.scalar_operands import constant_number, constant_operand_pair
 
 
 def _pair(op):
@@ -41,24 +43,34 @@ def _pair(op):
     return fn, out_fn
 
 
+def _node_pair(op, node: Node):
+    """The pair for ``node``: with a constant number ``other`` (the ``.Scalar`` overload, or
+    ``.Tensor`` given a number by an exported program), that number as a tensor made once
+    (``ops/scalar_operands.py``)."""
+    value = constant_number(node, alpha=False)
+    if value is not NotImplemented:
+        return constant_operand_pair(op, value, op.__name__)
+    return _pair(op)
+
+
 @register_out_variant("static_runtime::add")
 def _add_out(node: Node):
-    return _pair(torch.add)
+    return _node_pair(torch.add, node)
 
 
 @register_out_variant("static_runtime::sub")
 def _sub_out(node: Node):
-    return _pair(torch.sub)
+    return _node_pair(torch.sub, node)
 
 
 @register_native("static_runtime::add")
 def _add(node: Node):
-    return _pair(torch.add)[0]
+    return _node_pair(torch.add, node)[0]
 
 
 @register_native("static_runtime::sub")
 def _sub(node: Node):
-    return _pair(torch.sub)[0]
+    return _node_pair(torch.sub, node)[0]
 
 
 _MEANINGS = {"static_runtime::add": torch.add, "static_runtime::sub": torch.sub}
