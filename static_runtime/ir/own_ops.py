@@ -75,6 +75,10 @@ EMBEDDING_BAGS = ("static_runtime::embedding_bags(Tensor indices, Tensor weight,
 EMBEDDING_BAG_ROWS = ("static_runtime::embedding_bag_rows(Tensor indices, Tensor offsets, "
                       "Tensor weight, int[] rows, int first, int mode) -> Tensor")
 
+#: ``nn.functional.normalize`` with ``p=2``: ``input / input.norm(2, dim, keepdim=True)
+#: .clamp_min(eps).expand_as(input)`` (``passes/norms.py``).
+L2_NORMALIZE = "static_runtime::l2_normalize(Tensor input, int dim, float eps) -> Tensor"
+
 #: ``bool(op(self, other))`` for ``op`` one of ``lt le gt ge eq ne`` and a constant number
 #: ``other``: a data-dependent condition (``if x.mean() > 0``, ``while delta > tol``) as one
 #: node, with no tensor made for the comparison (``passes/conditions.py``).
@@ -83,7 +87,8 @@ COMPARE_SCALAR = "static_runtime::compare_scalar(Tensor self, Scalar other, str 
 #: Every schema this module declares.
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
            LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM, EMBEDDINGS, EMBEDDING_BAGS,
-           EMBEDDING_BAG_ROWS, COMPARE_SCALAR)
+           EMBEDDING_BAG_ROWS, COMPARE_SCALAR,
+           L2_NORMALIZE)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

@@ -1,12 +1,14 @@
-"""``static_runtime::rms_norm`` (``passes/norms.py`` makes it): its meaning as ATen operators,
-and under ``kernel_choice="measure"`` (the only option it is made with) a choice per input shape
-and thread count, by measurement (``ops/kernels.py``), between
+"""``static_runtime::rms_norm`` and ``static_runtime::l2_normalize`` (``passes/norms.py`` makes
+them): their meaning as ATen operators, and under ``kernel_choice="measure"`` (the only option
+they are made with) a choice per input shape and thread count, by measurement
+(``ops/kernels.py``), between
 
-* ``aten``: the composite — the five operators it replaced, allocating (the default);
-* ``native``: our kernel (``ops/ckernels/norms.c``): one pass for the squares, one to scale,
+* ``aten``: the composite — the five (four) operators it replaced, allocating (the default);
+* ``native``: our kernel (``ops/ckernels/norms.c``): one pass for the squares, one to scale
+  (divide),
 
-for a contiguous float32 CPU input whose last dimension is the constant weight's length;
-anything else runs the composite.
+for a contiguous float32 CPU input whose last dimension is the constant weight's length (for
+``l2_normalize``: normalised over its last dimension); anything else runs the composite.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from typing import Any
 import torch
 
 from static_runtime.ir.graph import Node
-from static_runtime.ir.own_ops import RMS_NORM
+from static_runtime.ir.own_ops import L2_NORMALIZE, RMS_NORM
 from static_runtime.ops import ckernels
-from static_runtime.ops.ckernels.layers import rms_norm
+from static_runtime.ops.ckernels.layers import l2_normalize, rms_norm
 from static_runtime.ops.enums import Kind, enum_table
 from static_runtime.ops.kernels import KernelChooser, PerShape
 from static_runtime.ops.registry import (
@@ -62,30 +64,82 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
         return None
     h = weight.shape[0]
     per_shape = PerShape(chooser, ("aten", "native"))
-    chosen = per_shape.chosen
     native: list[Callable | None] = [None]
+    #: (x's shape, threads) → our kernel's unchecked call for that shape, or None for ATen's
+    calls: dict[tuple, Any] = {}
     f32, threads = torch.float32, torch.get_num_threads
 
-    def run_native(x):
+    def native_for(shape):
         if native[0] is None:
             native[0] = rms_norm(weight, eps)
-        return native[0](x)
+        return native[0].direct_for(shape)
 
-    def decide(x, key) -> str:
-        return per_shape.choose(key, f"rms_norm float32 x={tuple(x.shape)} contiguous",
+    def decide(x, key):
+        direct = native_for(x.shape)
+        name = per_shape.choose(key, f"rms_norm float32 x={tuple(x.shape)} contiguous",
                                 lambda: {"aten": lambda: default(x, weight, eps, dtype),
-                                         "native": lambda: run_native(x)})
+                                         "native": lambda: direct(x)})
+        return ckernels.remember(calls, key, direct if name == "native" else None)
 
     @labelled("rms_norm: kernel chosen per input shape by measurement")
     def fn(x, w, eps_, dtype_):
         if w is weight and x.dtype is f32 and x.is_cpu and x.dim() >= 1 \
                 and x.shape[-1] == h and x.is_contiguous():
             key = (x.shape, threads())
-            if (chosen.get(key) or decide(x, key)) == "native":
-                return run_native(x)
+            call = calls[key] if key in calls else decide(x, key)
+            if call is not None:
+                return call(x)
         return default(x, w, eps_, dtype_)
 
     return per_shape.expose(fn, ("rms_norm", h))
 
 
-implement_torch_ops(((RMS_NORM, rms_norm_reference),))
+def l2_normalize_reference(input, dim, eps):
+    """What ``static_runtime::l2_normalize`` means: ``nn.functional.normalize(input, 2, dim,
+    eps)``'s operators."""
+    return input / input.norm(2.0, [dim], True).clamp_min(eps).expand_as(input)
+
+
+@register_native("static_runtime::l2_normalize")
+def _native_l2(node: Node):
+    if node.schema != L2_NORMALIZE:
+        return None
+    return labelled("x / clamp_min(norm(x), eps) by ATen operators")(l2_normalize_reference)
+
+
+@register_measured("static_runtime::l2_normalize")
+def _measured_l2(node: Node, chooser: KernelChooser, default: Callable[..., Any]
+                 ) -> Callable[..., Any] | None:
+    if node.schema != L2_NORMALIZE or not ckernels.available():
+        return None
+    dim, eps = (constant_value(v) for v in node.inputs[1:3])
+    if type(dim) is not int or type(eps) is not float:
+        return None
+    per_shape = PerShape(chooser, ("aten", "native"))
+    #: (x's shape, threads) → our kernel's unchecked call for that shape, or None for ATen's
+    calls: dict[tuple, Any] = {}
+    f32, threads = torch.float32, torch.get_num_threads
+
+    def decide(x, key):
+        rank = x.dim()
+        if rank == 0 or x.numel() == 0 or dim not in (-1, rank - 1):
+            return ckernels.remember(calls, key, None)  # (another dimension: ATen's)
+        direct = l2_normalize(x.shape[-1], eps).direct_for(x.shape)
+        name = per_shape.choose(key, f"l2_normalize float32 x={tuple(x.shape)} contiguous",
+                                lambda: {"aten": lambda: default(x, dim, eps),
+                                         "native": lambda: direct(x)})
+        return ckernels.remember(calls, key, direct if name == "native" else None)
+
+    @labelled("l2_normalize: kernel chosen per input shape by measurement")
+    def fn(x, dim_, eps_):
+        if x.dtype is f32 and x.is_cpu and x.is_contiguous() and dim_ == dim and eps_ == eps:
+            key = (x.shape, threads())
+            call = calls[key] if key in calls else decide(x, key)
+            if call is not None:
+                return call(x)
+        return default(x, dim_, eps_)
+
+    return per_shape.expose(fn, ("l2_normalize", dim))
+
+
+implement_torch_ops(((RMS_NORM, rms_norm_reference), (L2_NORMALIZE, l2_normalize_reference)))

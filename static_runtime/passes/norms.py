@@ -1,5 +1,6 @@
 """``fuse_rms_norm``: RMS normalisation written out — as LLaMA's and T5's layers write it —
-becomes one ``static_runtime::rms_norm`` node (``ir/own_ops.py``).
+becomes one ``static_runtime::rms_norm`` node (``ir/own_ops.py``); ``fuse_l2_normalize``:
+``nn.functional.normalize(x, p=2, dim)`` (four operators) one ``static_runtime::l2_normalize``.
 
 Matched exactly, by schema and constants, anything else left alone::
 
@@ -16,6 +17,17 @@ dtype)``, whose meaning is that composite (``ops/norms.py``); with ``kernel_choi
 our kernel (``ops/ckernels/norms.c``) is timed against it. The pass runs only with that
 option (``StaticModuleOptions.passes_enabled``): without our kernel the fused node would run
 the same five operators, outside the arena.
+
+``fuse_l2_normalize`` matches, by schema and constants::
+
+    n = aten::norm.ScalarOpt_dim(x, 2, [d], keepdim=True)   |  (scripted)
+        aten::linalg_vector_norm(x, 2, [d], keepdim=True, dtype=None)   (exported)
+    c = aten::clamp_min(n, eps)                     (eps a constant number)
+    e = aten::expand_as(c, x)                       (optional: ``div`` broadcasts)
+    y = aten::div.Tensor(x, e)
+
+every intermediate used only by the next; ``y`` becomes ``l2_normalize(x, d, eps)``, the same
+composite (``ops/norms.py``) with our kernel timed against it, under the same option.
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ import torch
 
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Graph, Node, Value
-from static_runtime.ir.own_ops import RMS_NORM
+from static_runtime.ir.own_ops import L2_NORMALIZE, RMS_NORM
 from static_runtime.passes.constant_propagation import UNKNOWN as _UNKNOWN
 from static_runtime.passes.constant_propagation import constant_or_unknown as constant_value
 
@@ -35,6 +47,10 @@ _RSQRT = str(_aten.rsqrt.default._schema)
 _MUL = str(_aten.mul.Tensor._schema)
 _TO = str(_aten.to.dtype._schema)
 _ADDS = ("static_runtime::add.Scalar", "static_runtime::add.Tensor")
+_NORMS = (str(_aten.norm.ScalarOpt_dim._schema), str(_aten.linalg_vector_norm.default._schema))
+_CLAMP_MIN = str(_aten.clamp_min.default._schema)
+_EXPAND_AS = str(_aten.expand_as.default._schema)
+_DIV = str(_aten.div.Tensor._schema)
 
 
 def fuse_rms_norm(graph: Graph) -> bool:
@@ -102,6 +118,54 @@ def _fuse_from(graph: Graph, rsqrt: Node) -> bool:
     name = last.output.name
     last.output.replace_all_uses_with(fused.output)
     for node in (last, cast, scale, rsqrt, add, mean, pow_):
+        if node is not None:
+            node.destroy()
+    fused.output.set_name(name)
+    return True
+
+
+def fuse_l2_normalize(graph: Graph) -> bool:
+    changed = False
+    for node in list(graph.walk()):
+        if node.schema == _CLAMP_MIN and node.owning_block is not None:
+            changed |= _fuse_normalize(graph, node)
+    return changed
+
+
+def _fuse_normalize(graph: Graph, clamp: Node) -> bool:
+    eps = constant_value(clamp.inputs[1])
+    if type(eps) not in (int, float):
+        return False
+    norm = clamp.inputs[0].node
+    if norm is None or norm.schema not in _NORMS or norm.output.sole_user() is not clamp:
+        return False
+    order, dims, keepdim = (constant_value(v) for v in norm.inputs[1:4])
+    if norm.schema == _NORMS[1] and (len(norm.inputs) > 4
+                                     and constant_value(norm.inputs[4]) is not None):
+        return False  # a dtype to compute in
+    if order not in (2, 2.0) or keepdim is not True or not isinstance(dims, (list, tuple)) \
+            or len(dims) != 1 or type(dims[0]) is not int:
+        return False
+    x = norm.inputs[0]
+    user = clamp.output.sole_user()
+    expand = None
+    if user is not None and user.schema == _EXPAND_AS and user.inputs[0] is clamp.output \
+            and user.inputs[1] is x:
+        expand, user = user, user.output.sole_user()
+    denominator = (expand or clamp).output
+    if user is None or user.schema != _DIV or user.inputs[0] is not x \
+            or user.inputs[1] is not denominator:
+        return False
+    if any(n.owning_block is not user.owning_block for n in (norm, clamp, expand) if n):
+        return False
+    fused = graph.create("static_runtime::l2_normalize", [
+        x, graph.constant(dims[0], T.Int, before=user),
+        graph.constant(float(eps), T.Float, before=user)], output_types=[user.output.type])
+    fused.schema, fused.source = L2_NORMALIZE, user.source
+    fused.insert_before(user)
+    name = user.output.name
+    user.output.replace_all_uses_with(fused.output)
+    for node in (user, expand, clamp, norm):
         if node is not None:
             node.destroy()
     fused.output.set_name(name)

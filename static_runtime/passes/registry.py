@@ -26,7 +26,7 @@ from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
 from static_runtime.passes.layout import channels_last
 from static_runtime.passes.noops import remove_noops
-from static_runtime.passes.norms import fuse_rms_norm
+from static_runtime.passes.norms import fuse_l2_normalize, fuse_rms_norm
 from static_runtime.passes.packing import pack_linears
 from static_runtime.passes.recurrent import compile_recurrent
 from static_runtime.passes.regions import fuse_regions
@@ -54,6 +54,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "pack_linears": pack_linears,
         "fuse_attention": fuse_attention,
         "fuse_rms_norm": fuse_rms_norm,
+        "fuse_l2_normalize": fuse_l2_normalize,
         "fuse_gelu": fuse_gelu,
         "causal_conv1d": causal_conv1d,
         "fuse_convolution": fuse_convolution,

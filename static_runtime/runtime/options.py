@@ -64,6 +64,10 @@ class StaticModuleOptions:
     #: ``static_runtime::rms_norm`` node; only with ``kernel_choice="measure"``, which times
     #: our kernel for it (``passes/norms.py``)
     fuse_rms_norm: bool = True
+    #: ``nn.functional.normalize(x, p=2)`` (norm, clamp_min, expand_as, div) → one
+    #: ``static_runtime::l2_normalize`` node; only with ``kernel_choice="measure"``, which
+    #: times our kernel for it (``passes/norms.py``)
+    fuse_l2_normalize: bool = True
     #: GELU's tanh approximation written out (GPT-2's gelu_new: eight operators) →
     #: ``aten::gelu(x, approximate="tanh")`` (``passes/gelu.py``)
     fuse_gelu: bool = True
@@ -204,5 +208,6 @@ class StaticModuleOptions:
         enabled["compile_recurrent"] &= self.fusion_compiler is not None
         enabled["channels_last"] &= self.fuse_convolution
         enabled["fuse_rms_norm"] &= self.kernel_choice == "measure"
+        enabled["fuse_l2_normalize"] &= self.kernel_choice == "measure"
         enabled["fuse_linear_activation"] &= self.kernel_choice == "measure"
         return enabled

@@ -174,6 +174,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sr_conv2d_block.argtypes = [_PTR, _PTR, _PTR]
     lib.sr_rms_norm.restype = None
     lib.sr_rms_norm.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, ctypes.c_float]
+    lib.sr_l2_normalize.restype = None
+    lib.sr_l2_normalize.argtypes = [_PTR, _PTR, _I64, _I64, ctypes.c_float]
     lib.sr_recurrent_layer.restype = ctypes.c_int
     lib.sr_recurrent_layer.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64,
                                        _I64, _I64, _I64, _I64, ctypes.c_int]
@@ -345,7 +347,7 @@ class Gemm:
                 lda = strides[0]
             m = shape[0]
             if o2 is None:
-                o2 = empty((m, n))
+                o2 = empty(m, n)
             elif o2.dtype is not f32 or not o2.is_contiguous() or o2.shape != (m, n) \
                     or not o2.is_cpu:
                 raise ValueError(f"Gemm writes a contiguous float32 ({m}, {n}) CPU tensor, "

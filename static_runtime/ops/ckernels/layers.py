@@ -1,5 +1,5 @@
 """Whole layers by our own kernels (``recurrent.c``, ``norms.c``): an LSTM/GRU forward, one
-LSTM/GRU cell step and RMS normalisation, built on the GEMM and argument blocks of
+LSTM/GRU cell step, RMS and L2 normalisation, built on the GEMM and argument blocks of
 ``ckernels``."""
 
 from __future__ import annotations
@@ -120,21 +120,21 @@ class Cell:
                 0 if ih.bias is None else ih.bias.data_ptr(), hh.packed.data_ptr(),
                 0 if hh.bias is None else hh.bias.data_ptr()))
         block, address = found
-        run, empty, shape = self._run, torch.empty, (batch, self.hidden)
+        run, empty, hidden = self._run, torch.empty, self.hidden
 
         def failed():
             return MemoryError(f"Cell: no memory for the gates of {batch} rows")
 
         if self.lstm:
             def cell(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor):
-                hn, cn = empty(shape), empty(shape)
+                hn, cn = empty(batch, hidden), empty(batch, hidden)
                 if run(x.data_ptr(), h.data_ptr(), c.data_ptr(), hn.data_ptr(), cn.data_ptr(),
                        address):
                     raise failed()
                 return hn, cn
         else:
             def cell(x: torch.Tensor, h: torch.Tensor):
-                hn = empty(shape)
+                hn = empty(batch, hidden)
                 if run(x.data_ptr(), h.data_ptr(), None, hn.data_ptr(), None, address):
                     raise failed()
                 return hn
@@ -163,5 +163,49 @@ def rms_norm(weight: torch.Tensor, eps: float):
         run(x.data_ptr(), w_ptr, out.data_ptr(), x.numel() // h if h else 0, h, eps)
         return out
 
+    def direct_for(shape: torch.Size):
+        """``x -> result`` for contiguous float32 CPU inputs of ``shape``, unchecked."""
+        # (``empty(*dims)``: a ``torch.Size`` argument costs 1.36 µs against 0.60)
+        rows, empty, dims = shape.numel() // h if h else 0, torch.empty, tuple(shape)
+
+        def direct(x: torch.Tensor) -> torch.Tensor:
+            out = empty(*dims)
+            run(x.data_ptr(), w_ptr, out.data_ptr(), rows, h, eps)
+            return out
+
+        return direct
+
     norm.keep = weight  # type: ignore[attr-defined]
+    norm.direct_for = direct_for  # type: ignore[attr-defined]
     return norm
+
+
+def l2_normalize(h: int, eps: float):
+    """A kernel ``x -> x / clamp_min(x.norm(2, -1, keepdim=True), eps)`` for contiguous
+    float32 CPU ``x`` whose last dimension is ``h`` (``norms.c``)."""
+    lib = _required_library()
+    run, f32, eps = lib.sr_l2_normalize, torch.float32, float(eps)
+
+    def normalize(x: torch.Tensor) -> torch.Tensor:
+        if x.dtype is not f32 or not x.is_cpu or x.dim() < 1 or x.shape[-1] != h \
+                or not x.is_contiguous():
+            raise ValueError(f"l2_normalize takes a contiguous float32 CPU tensor of last "
+                             f"dimension {h}, got {x.dtype} {tuple(x.shape)}")
+        out = torch.empty_like(x)
+        run(x.data_ptr(), out.data_ptr(), x.numel() // h if h else 0, h, eps)
+        return out
+
+    def direct_for(shape: torch.Size):
+        """``x -> result`` for contiguous float32 CPU inputs of ``shape``, unchecked."""
+        # (``empty(*dims)``: a ``torch.Size`` argument costs 1.36 µs against 0.60)
+        rows, empty, dims = shape.numel() // h if h else 0, torch.empty, tuple(shape)
+
+        def direct(x: torch.Tensor) -> torch.Tensor:
+            out = empty(*dims)
+            run(x.data_ptr(), out.data_ptr(), rows, h, eps)
+            return out
+
+        return direct
+
+    normalize.direct_for = direct_for  # type: ignore[attr-defined]
+    return normalize

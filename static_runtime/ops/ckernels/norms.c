@@ -34,3 +34,34 @@ void sr_rms_norm(const float *x, const float *w, float *out, int64_t rows, int64
         for (; j < h; j++) o[j] = w[j] * (xr[j] * scale);
     }
 }
+
+/* L2 normalisation over the last dimension, as nn.functional.normalize writes it:
+   out = x / clamp_min(sqrt(sum(x²)), eps), one pass for the squares and one to divide,
+   instead of four operators (norm, clamp_min, expand_as, div). A NaN norm stays NaN, as
+   clamp_min leaves it. */
+void sr_l2_normalize(const float *x, float *out, int64_t rows, int64_t h, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * h;
+        float *o = out + r * h;
+        v16 acc = {0};
+        int64_t j = 0;
+        for (; j + 16 <= h; j += 16) {
+            v16 v;
+            memcpy(&v, xr + j, 64);
+            acc += v * v;
+        }
+        float ss = 0;
+        for (int k = 0; k < 16; k++) ss += acc[k];
+        for (; j < h; j++) ss += xr[j] * xr[j];
+        float d = sqrtf(ss);
+        d = d < eps ? eps : d;
+        j = 0;
+        for (; j + 16 <= h; j += 16) {
+            v16 v;
+            memcpy(&v, xr + j, 64);
+            v = v / d;
+            memcpy(o + j, &v, 64);
+        }
+        for (; j < h; j++) o[j] = xr[j] / d;
+    }
+}
