@@ -70,6 +70,14 @@ class _Operands(dict):
         return made
 
 
+def _rsub_out(self, other, out):
+    # ``torch.rsub`` takes no ``out=``; ``other - self`` is ``sub(other, self)``, which
+    # promotes a 0-dim ``other`` of ``self``'s dtype as rsub does
+    if isinstance(other, torch.Tensor):
+        return torch.sub(other, self, out=out)
+    return out.copy_(torch.rsub(self, other))
+
+
 def constant_operand_pair(op: Callable[..., Any], value: Any, name: str
                           ) -> tuple[Callable[..., Any], Callable[..., Any]]:
     """``(fn, out_fn)`` running ``op(self, value[, out=])`` with ``value`` as a tensor made
@@ -83,10 +91,16 @@ def constant_operand_pair(op: Callable[..., Any], value: Any, name: str
         c = operands[self.dtype]
         return op(self, other) if c is None else op(self, c)
 
-    @labelled(f"torch.{name}(self, {value!r} as a tensor made once, out=)")
-    def out_fn(out, self, other, *rest):
-        c = operands[self.dtype]
-        return op(self, other, out=out) if c is None else op(self, c, out=out)
+    if op is torch.rsub:
+        @labelled(f"torch.sub({value!r} as a tensor made once, self, out=)")
+        def out_fn(out, self, other, *rest):
+            c = operands[self.dtype]
+            return _rsub_out(self, other if c is None else c, out)
+    else:
+        @labelled(f"torch.{name}(self, {value!r} as a tensor made once, out=)")
+        def out_fn(out, self, other, *rest):
+            c = operands[self.dtype]
+            return op(self, other, out=out) if c is None else op(self, c, out=out)
 
     fn.operands = out_fn.operands = operands  # type: ignore[attr-defined]
     return fn, out_fn
