@@ -1,0 +1,184 @@
+"""``aten::scaled_dot_product_attention`` in inference (``dropout_p`` 0): under
+``StaticModuleOptions(kernel_choice="measure")`` its kernel is chosen by measurement
+(``ops/kernels.py``) between
+
+* ``aten``: PyTorch's operator (the default);
+* ``native``: our kernel (``ops/ckernels/attention.c``): per (batch, head) the key transposed
+  once, sixteen scores a vector, the softmax vectorised, the output a weighted sum of value
+  rows — where PyTorch's kernels spend more around a small head than in it.
+
+Ours is claimed for float32 CPU query, key and value of rank 4 with unit last strides (any
+other strides: views of the projections, as models make them), head sizes up to 256, and a
+mask that is None, a float32 one added to the scores or a boolean one (true: attend)
+broadcastable to the scores' shape, or ``is_causal`` (not both), grouped-query heads with
+``enable_gqa``. Its result has the strides PyTorch's has for the same arguments (read from
+the measuring call), so a ``view`` after it works as it did. A call in which a query row is
+masked entirely runs PyTorch's kernel (whose kernels disagree there: 0 or NaN). Choices are
+shared by the sequence lengths up to the same power of two (``size_bucket``), as a GEMM's
+row counts are; anything else runs PyTorch's operator.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from static_runtime.ir.graph import Node
+from static_runtime.ops import ckernels
+from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
+from static_runtime.ops.registry import labelled, register_measured, register_native
+from static_runtime.ops.selection import constant_value
+
+_SCHEMA = str(torch.ops.aten.scaled_dot_product_attention.default._schema)
+#: the head sizes our kernel takes (``MAX_D`` in attention.c)
+MAX_HEAD = 256
+
+
+def _sdpa_call(n: int) -> Callable[..., Any]:
+    """PyTorch's operator for a node of ``n`` inputs (an exported graph may leave the
+    defaulted ones out): ``scale`` and ``enable_gqa`` are keyword-only."""
+    sdpa = torch._C._nn.scaled_dot_product_attention
+
+    def call(q, k, v, mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        return sdpa(q, k, v, mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+
+    return call
+
+
+@register_native("aten::scaled_dot_product_attention")
+def _native(node: Node):
+    if node.schema != _SCHEMA:
+        return None
+    return labelled("torch.nn.functional.scaled_dot_product_attention")(
+        _sdpa_call(len(node.inputs)))
+
+
+def _mask_strides(mask: torch.Tensor, shape: tuple[int, int, int, int]) -> tuple | None:
+    """The mask's strides as a (B, H, Lq, Lk) tensor it broadcasts to (0 where it does), or
+    None where it does not broadcast to ``shape``."""
+    if mask.dim() > 4:
+        return None
+    sizes = (1,) * (4 - mask.dim()) + tuple(mask.shape)
+    strides = (0,) * (4 - mask.dim()) + tuple(mask.stride())
+    out = []
+    for size, stride, want in zip(sizes, strides, shape, strict=True):
+        if size == want:
+            out.append(stride if want > 1 else 0)
+        elif size == 1:
+            out.append(0)
+        else:
+            return None
+    return tuple(out)
+
+
+@register_measured("aten::scaled_dot_product_attention")
+def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
+              ) -> Callable[..., Any] | None:
+    if node.schema != _SCHEMA or not ckernels.available():
+        return None
+    n = len(node.inputs)
+    flags = [constant_value(v) for v in node.inputs[4:8]]
+    dropout, causal, scale, gqa = flags + [0.0, False, None, False][len(flags):]
+    if NotImplemented in (dropout, causal, scale, gqa) or dropout != 0.0 \
+            or type(causal) is not bool or type(gqa) is not bool \
+            or not (scale is None or type(scale) is float):
+        return None
+    mask_input = node.inputs[3] if n > 3 else None
+    if mask_input is not None and causal and constant_value(mask_input) is not None:
+        return None  # PyTorch raises: both a mask and is_causal
+    run = ckernels.library().sr_attention
+    per_shape = PerShape(chooser, ("aten", "native"))
+    #: (the call's layout key) → our kernel's call for it, or None for PyTorch's
+    calls: dict[tuple, Any] = {}
+    f32, boolean, threads = torch.float32, torch.bool, torch.get_num_threads
+    empty_strided = torch.empty_strided
+
+    def direct_for(q, k, v, mask, out_shape, out_strides):
+        """Our kernel for tensors laid out as these, unchecked; None where it does not
+        take them."""
+        (B, H, Lq, D), (kb_, Hk, Lk, Dk), (vb_, Hv, Lv, Dv) = q.shape, k.shape, v.shape
+        if not (kb_ == vb_ == B and Dk == D and Lv == Lk and Hv == Hk and Hk > 0
+                and H % Hk == 0 and (Hk == H or gqa) and 0 < D <= MAX_HEAD
+                and 0 < Dv <= MAX_HEAD and Lq > 0 and Lk > 0 and B > 0
+                and q.stride(3) == k.stride(3) == v.stride(3) == 1
+                and len(out_strides) == 4 and out_strides[3] == 1):
+            return None
+        if mask is None:
+            mask_strides, kind = (0, 0, 0, 0), None
+        else:
+            if causal or mask.dtype not in (f32, boolean) or not mask.is_cpu:
+                return None
+            mask_strides = _mask_strides(mask, (B, H, Lq, Lk))
+            if mask_strides is None:
+                return None
+            kind = mask.dtype
+        array, address = ckernels._block(
+            B, H, Lq, Lk, D, Dv, H // Hk, int(causal), *q.stride()[:3], *k.stride()[:3],
+            *v.stride()[:3], *out_strides[:3], *mask_strides)
+        factor = 1.0 / math.sqrt(D) if scale is None else scale
+        shape, strides = tuple(out_shape), tuple(out_strides)
+
+        def direct(q, k, v, mask):
+            out = empty_strided(shape, strides)
+            fptr = bptr = None
+            if kind is f32:
+                fptr = mask.data_ptr()
+            elif kind is boolean:
+                bptr = mask.data_ptr()
+            status = run(q.data_ptr(), k.data_ptr(), v.data_ptr(), fptr, bptr,
+                         out.data_ptr(), factor, address)
+            if status:
+                if status < 0:
+                    raise MemoryError("attention: no memory for a call's scratch block")
+                return None  # a query row masked entirely: PyTorch's kernel answers
+            return out
+
+        direct.keep = array  # type: ignore[attr-defined]  # what the address names
+        return direct
+
+    def key_of(q, k, v, mask) -> tuple:
+        m = None if mask is None else (mask.shape, mask.stride(), mask.dtype)
+        return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), m, threads())
+
+    def decide(q, k, v, mask, rest, key):
+        expected = default(q, k, v, mask, *rest)
+        direct = direct_for(q, k, v, mask, expected.shape, expected.stride())
+        if direct is None:
+            return ckernels.remember(calls, key, None), expected
+        B, H, Lq, D = q.shape
+        Lk, Dv = k.shape[2], v.shape[3]
+        bucket = (torch.Size((B, H, size_bucket(Lq), size_bucket(Lk))), key[-1])
+        name = per_shape.chosen.get(bucket)
+        if name is None:
+            masking = ("causal" if causal else "none" if mask is None
+                       else f"{mask.dtype} {_mask_strides(mask, (B, H, Lq, Lk))}")
+            layout = "/".join(str(t.is_contiguous()) for t in (q, k, v))
+            problem = (f"sdpa float32 B={B} H={H} Hk={k.shape[1]} Lq<={bucket[0][2]} "
+                       f"Lk<={bucket[0][3]} D={D} Dv={Dv} mask={masking} "
+                       f"contiguous={layout}")
+            name = per_shape.choose(bucket, problem,
+                                    lambda: {"aten": lambda: default(q, k, v, mask, *rest),
+                                             "native": lambda: direct(q, k, v, mask)})
+        return ckernels.remember(calls, key, direct if name == "native" else None), expected
+
+    @labelled("scaled_dot_product_attention: kernel chosen per shape by measurement")
+    def fn(q, k, v, mask=None, *rest):
+        if q.dtype is f32 and k.dtype is f32 and v.dtype is f32 and q.dim() == 4 \
+                and k.dim() == 4 and v.dim() == 4 and q.is_cpu and k.is_cpu and v.is_cpu:
+            key = key_of(q, k, v, mask)
+            if key in calls:
+                call = calls[key]
+            else:
+                call, expected = decide(q, k, v, mask, rest, key)
+                if call is None:
+                    return expected
+            if call is not None:
+                out = call(q, k, v, mask)
+                if out is not None:
+                    return out
+        return default(q, k, v, mask, *rest)
+
+    return per_shape.expose(fn, ("scaled_dot_product_attention", n))

@@ -1,0 +1,163 @@
+/* Scaled dot-product attention for inference, as torch.nn.functional.scaled_dot_product_attention
+   computes it without dropout: per (batch, head), softmax(scale · Q Kᵀ + mask) V, with an
+   additive float mask, a boolean one (true: attend), or the causal (top-left) one.
+
+   Written for the sizes a transformer serves at small batch, where PyTorch's kernels pay more
+   around each head's few thousand multiply-adds than for them: per (batch, head) the key is
+   transposed once into a (D, Lk) block, so the scores of one query against 16 keys are D
+   broadcast multiply-adds into one vector (no horizontal sums), the row's softmax is
+   vectorised, and the output row is the weighted sum of value rows. Nothing is allocated but
+   one scratch block per call. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "act.h"
+
+/* (a whole vector by a fixed-size copy, which compiles to one load: a copy of a variable
+   size is a call to memcpy) */
+static inline v16 load_n(const float *p, int64_t n) {
+    v16 v = {0};
+    if (n == 16) memcpy(&v, p, 64);
+    else memcpy(&v, p, (size_t)n * sizeof(float));
+    return v;
+}
+
+static inline void store_n(float *p, v16 v, int64_t n) {
+    if (n == 16) memcpy(p, &v, 64);
+    else memcpy(p, &v, (size_t)n * sizeof(float));
+}
+
+#define MAX_D 256
+#define ROWS 4  /* query rows a tile: independent sums, each broadcast key vector used 4 times */
+
+/* p: B, H, Lq, Lk, D, Dv, heads per key head (grouped-query: 1 otherwise), causal,
+   then strides (in elements) of batch, head, row for q, k, v and out (their last dimension
+   contiguous), and batch, head, row, column of the mask (0 where it broadcasts). Returns 0;
+   1 if a query row is masked entirely (the caller asks PyTorch, whose kernels disagree on
+   such rows); -1 without memory or for a head larger than MAX_D. */
+int sr_attention(const float *q, const float *k, const float *v, const float *fmask,
+                 const uint8_t *bmask, float *out, float scale, const int64_t *p) {
+    const int64_t B = p[0], H = p[1], Lq = p[2], Lk = p[3], D = p[4], Dv = p[5];
+    const int64_t group = p[6], causal = p[7];
+    const int64_t qb = p[8], qh = p[9], ql = p[10];
+    const int64_t kb = p[11], kh = p[12], kl = p[13];
+    const int64_t vb = p[14], vh = p[15], vl = p[16];
+    const int64_t ob = p[17], oh = p[18], ol = p[19];
+    const int64_t mb = p[20], mh = p[21], mi = p[22], mj = p[23];
+    if (D > MAX_D || Dv > MAX_D) return -1;
+    const int64_t lkp = (Lk + 31) / 32 * 32;  /* keys padded to pairs of vectors */
+    float *kt = malloc((size_t)(lkp * D + ROWS * lkp) * sizeof(float));
+    if (!kt) return -1;
+    float *s = kt + lkp * D;
+    const v16 zero = {0}, ninf = zero - __builtin_inff();
+    const vi16 iota = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+    const int64_t nv = (Dv + 15) / 16;
+    int status = 0;
+    for (int64_t b = 0; b < B && !status; b++) {
+        for (int64_t h = 0; h < H && !status; h++) {
+            const float *kbh = k + b * kb + (h / group) * kh;
+            const float *vbh = v + b * vb + (h / group) * vh;
+            for (int64_t d = 0; d < D; d++) {
+                float *row = kt + d * lkp;
+                for (int64_t j = 0; j < Lk; j++) row[j] = kbh[j * kl + d];
+                for (int64_t j = Lk; j < lkp; j++) row[j] = 0;
+            }
+            for (int64_t i0 = 0; i0 < Lq; i0 += ROWS) {
+                const int64_t nr = Lq - i0 < ROWS ? Lq - i0 : ROWS;
+                const float *qr[ROWS];
+                int64_t last[ROWS], mrow[ROWS], upto = 0;
+                for (int r = 0; r < ROWS; r++) {
+                    const int64_t i = i0 + (r < nr ? r : nr - 1);  /* a tail tile repeats */
+                    qr[r] = q + b * qb + h * qh + i * ql;
+                    last[r] = causal ? (i < Lk ? i + 1 : Lk) : Lk;  /* keys < last */
+                    mrow[r] = b * mb + h * mh + i * mi;
+                    upto = last[r] > upto ? last[r] : upto;
+                }
+                /* scores, masked, and each row's maximum */
+                v16 vmax[ROWS];
+                for (int r = 0; r < ROWS; r++) vmax[r] = ninf;
+                for (int64_t j0 = 0; j0 < lkp; j0 += 32) {
+                    v16 a[ROWS][2];
+                    for (int r = 0; r < ROWS; r++) a[r][0] = a[r][1] = zero;
+                    const float *kd = kt + j0;
+                    for (int64_t d = 0; d < D; d++, kd += lkp) {
+                        v16 k0, k1;
+                        memcpy(&k0, kd, 64);
+                        memcpy(&k1, kd + 16, 64);
+                        for (int r = 0; r < ROWS; r++) {
+                            const float x = qr[r][d];
+                            a[r][0] += x * k0;
+                            a[r][1] += x * k1;
+                        }
+                    }
+                    for (int r = 0; r < ROWS; r++) {
+                        for (int half = 0; half < 2; half++) {
+                            const int64_t j = j0 + 16 * half;
+                            v16 acc = a[r][half] * scale;
+                            const int64_t n = Lk - j < 0 ? 0 : Lk - j < 16 ? Lk - j : 16;
+                            if (fmask && n > 0) {
+                                if (mj == 1) {
+                                    acc += load_n(fmask + mrow[r] + j, n);
+                                } else {
+                                    float tmp[16] = {0};
+                                    for (int64_t c = 0; c < n; c++)
+                                        tmp[c] = fmask[mrow[r] + (j + c) * mj];
+                                    acc += load_n(tmp, 16);
+                                }
+                            } else if (bmask && n > 0) {
+                                int32_t keep[16] = {0};
+                                for (int64_t c = 0; c < n; c++)
+                                    keep[c] = bmask[mrow[r] + (j + c) * mj];
+                                vi16 kv;
+                                memcpy(&kv, keep, 64);
+                                acc = sr_act16_sel(kv != 0, acc, ninf);
+                            }
+                            acc = sr_act16_sel(iota + (int32_t)j < (int32_t)last[r], acc, ninf);
+                            memcpy(s + r * lkp + j, &acc, 64);
+                            vmax[r] = sr_act16_sel(acc > vmax[r], acc, vmax[r]);
+                        }
+                    }
+                }
+                /* softmax numerators in place, and each row's 1 / sum */
+                float inv[ROWS];
+                for (int r = 0; r < ROWS; r++) {
+                    float m = vmax[r][0];
+                    for (int c = 1; c < 16; c++) m = vmax[r][c] > m ? vmax[r][c] : m;
+                    if (m == -__builtin_inff()) {
+                        status = 1;  /* a row masked entirely */
+                        break;
+                    }
+                    v16 vsum = zero;
+                    float *sr = s + r * lkp;
+                    for (int64_t j0 = 0; j0 < lkp; j0 += 16) {
+                        v16 x;
+                        memcpy(&x, sr + j0, 64);
+                        v16 e = sr_act16_exp(x - m);
+                        e = sr_act16_sel(x == ninf, zero, e);
+                        memcpy(sr + j0, &e, 64);
+                        vsum += e;
+                    }
+                    float sum = 0;
+                    for (int c = 0; c < 16; c++) sum += vsum[c];
+                    inv[r] = 1.0f / sum;
+                }
+                if (status) break;
+                /* the weighted sums of value rows, 16 columns at a time */
+                for (int64_t t = 0; t < nv; t++) {
+                    const int64_t n = Dv - 16 * t < 16 ? Dv - 16 * t : 16;
+                    v16 acc[ROWS];
+                    for (int r = 0; r < ROWS; r++) acc[r] = zero;
+                    for (int64_t j = 0; j < upto; j++) {
+                        const v16 vv = load_n(vbh + j * vl + 16 * t, n);
+                        for (int r = 0; r < ROWS; r++) acc[r] += s[r * lkp + j] * vv;
+                    }
+                    for (int r = 0; r < nr; r++)
+                        store_n(out + b * ob + h * oh + (i0 + r) * ol + 16 * t, acc[r] * inv[r], n);
+                }
+            }
+        }
+    }
+    free(kt);
+    return status;
+}

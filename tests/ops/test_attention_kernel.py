@@ -1,0 +1,140 @@
+"""Our attention kernel (``ops/attention.py``, ``ckernels/attention.c``) as the measured
+candidate for ``aten::scaled_dot_product_attention``: forced, it equals PyTorch's operator on
+two shape sets for every mask kind, layout, head size and grouping it takes, with PyTorch's
+output strides; a row masked entirely, and what it does not take, run PyTorch's operator."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from differential import check
+from measured import MEASURE, fresh_kernel_cache, needs_ckernels  # noqa: F401
+from torch import nn
+
+import static_runtime as sr
+from static_runtime.ops.kernels import Choice, KernelChooser
+
+pytestmark = needs_ckernels
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    def force(name):
+        monkeypatch.setattr(KernelChooser, "choose",
+                            lambda self, key, names, make, default: Choice(name, {}, "forced"))
+    return force
+
+
+class Attention(nn.Module):
+    """Projections viewed as (B, H, L, D) heads, as models make them, then SDPA."""
+
+    def __init__(self, heads: int, kv_heads: int, d: int, dv: int, mode: str,
+                 scale: float | None = None):
+        super().__init__()
+        self.h, self.hk, self.d, self.dv, self.mode, self.scale = heads, kv_heads, d, dv, mode, scale
+        self.q = nn.Linear(8, heads * d)
+        self.kv = nn.Linear(8, kv_heads * (d + dv))
+
+    def forward(self, x, memory, mask):
+        b, lq, lk = x.size(0), x.size(1), memory.size(1)
+        q = self.q(x).view(b, lq, self.h, self.d).transpose(1, 2)
+        k, v = self.kv(memory).split([self.hk * self.d, self.hk * self.dv], -1)
+        k = k.reshape(b, lk, self.hk, self.d).transpose(1, 2)
+        v = v.reshape(b, lk, self.hk, self.dv).transpose(1, 2)
+        gqa = self.hk != self.h
+        if self.mode == "causal":
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
+                                                 enable_gqa=gqa)
+        elif self.mode == "none":
+            out = F.scaled_dot_product_attention(q, k, v, scale=self.scale, enable_gqa=gqa)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
+                                                 enable_gqa=gqa)
+        return out.transpose(1, 2).reshape(b, lq, self.h * self.dv)
+
+
+def _mask(kind: str, b: int, h: int, lq: int, lk: int, g: torch.Generator):
+    if kind == "float":
+        return torch.randn(b, h, lq, lk, generator=g)
+    if kind == "float_rows":  # a padding mask as encoders add it: (B, 1, 1, Lk)
+        m = torch.zeros(b, 1, 1, lk)
+        m[..., -1] = float("-inf")
+        return m
+    if kind == "float_t":  # a strided mask: its keys are not contiguous
+        return torch.randn(b, h, lk, lq, generator=g).transpose(-1, -2)
+    if kind == "float_2d":
+        return torch.randn(lq, lk, generator=g).tril_(diagonal=lk - lq)
+    if kind == "bool":
+        m = torch.rand(b, 1, lq, lk, generator=g) > 0.3
+        m[..., 0] = True  # no row masked entirely
+        return m
+    return torch.zeros(())  # (unused)
+
+
+CASES = [  # heads, kv heads, d, dv, mask kind, scale
+    (4, 4, 16, 16, "float", None),
+    (2, 2, 20, 12, "float_rows", 0.3),
+    (3, 3, 16, 32, "float_2d", None),
+    (2, 2, 16, 16, "float_t", None),
+    (4, 4, 8, 8, "bool", None),
+    (4, 2, 16, 16, "none", None),
+    (2, 2, 32, 32, "causal", None),
+    (4, 1, 16, 16, "causal", 1.0),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"{c[4]}-h{c[0]}-{c[1]}-d{c[2]}-{c[3]}"
+                                             for c in CASES])
+def test_forced_native_equals_pytorch_on_two_shape_sets(case, forced):
+    heads, kv, d, dv, kind, scale = case
+    forced("native")
+    g = torch.Generator().manual_seed(heads * d)
+    sets = []
+    for b, lq, lk in ((1, 5, 5), (3, 17, 37) if kind != "causal" else (3, 33, 33)):
+        sets.append([torch.randn(b, lq, 8, generator=g), torch.randn(b, lk, 8, generator=g),
+                     _mask(kind, b, heads, lq, lk, g)])
+    mod = check(Attention(heads, kv, d, dv, kind, scale).eval(), sets[0], sets[1],
+                options={"measure": MEASURE}, rtol=1e-5, atol=1e-5)["measure"]
+    assert ": native (forced)" in mod.describe()
+
+
+def test_output_strides_are_pytorchs(forced):
+    forced("native")
+    q, k, v = (torch.randn(2, 9, 3, 16).transpose(1, 2) for _ in range(3))
+    contiguous = [t.contiguous() for t in (q, k, v)]
+    fn = torch.jit.CompilationUnit(
+        "def f(q, k, v):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n").f
+    mod = sr.StaticModule(fn, MEASURE)
+    for args in ((q, k, v), tuple(contiguous), (q, k, v)):
+        got, want = mod(*args), F.scaled_dot_product_attention(*args)
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got, want)
+    assert ": native (forced)" in mod.describe()
+
+
+def test_a_row_masked_entirely_gives_pytorchs_answer(forced):
+    forced("native")
+    fn = torch.jit.CompilationUnit(
+        "def f(q, k, v, m):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, m)\n").f
+    mod = sr.StaticModule(fn, MEASURE)
+    q, k, v = (torch.randn(1, 2, 6, 16) for _ in range(3))
+    open_mask = torch.ones(6, 6, dtype=torch.bool)
+    closed = open_mask.clone()
+    closed[2] = False
+    for m in (open_mask, closed, open_mask):
+        torch.testing.assert_close(mod(q, k, v, m), fn(q, k, v, m), equal_nan=True)
+
+
+def test_what_it_does_not_take_runs_pytorchs(forced):
+    forced("native")
+    fn = torch.jit.CompilationUnit(
+        "def f(q, k, v):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v)\n").f
+    mod = sr.StaticModule(fn, MEASURE)
+    big = [torch.randn(1, 1, 3, 320) for _ in range(3)]  # a head larger than 256
+    double = [torch.randn(1, 2, 3, 8, dtype=torch.float64) for _ in range(3)]
+    three_d = [torch.randn(2, 3, 8) for _ in range(3)]
+    for args in (big, double, three_d):
+        torch.testing.assert_close(mod(*args), fn(*args))
+    assert "native (forced)" not in mod.describe()
