@@ -1,8 +1,10 @@
-"""``aten::scaled_dot_product_attention`` in inference (``dropout_p`` 0): under
-``StaticModuleOptions(kernel_choice="measure")`` its kernel is chosen by measurement
-(``ops/kernels.py``) between
+"""``aten::scaled_dot_product_attention`` in inference (``dropout_p`` 0), and the attention
+nodes ``passes/fusion.py`` makes of written-out attention (``static_runtime::attention`` and
+``masked_attention``, ``ops/native/fused.py``): under ``StaticModuleOptions(
+kernel_choice="measure")`` their kernel is chosen by measurement (``ops/kernels.py``) between
 
-* ``aten``: PyTorch's operator (the default);
+* ``aten``: PyTorch's operator, or the fused node's own choice between PyTorch's fused
+  kernel and the written-out operators (the default);
 * ``native``: our kernel (``ops/ckernels/attention.c``): per (batch, head) the key transposed
   once, sixteen scores a vector, the softmax vectorised, the output a weighted sum of value
   rows — where PyTorch's kernels spend more around a small head than in it.
@@ -11,11 +13,13 @@ Ours is claimed for float32 CPU query, key and value of rank 4 with unit last st
 other strides: views of the projections, as models make them), head sizes up to 256, and a
 mask that is None, a float32 one added to the scores or a boolean one (true: attend)
 broadcastable to the scores' shape, or ``is_causal`` (not both), grouped-query heads with
-``enable_gqa``. Its result has the strides PyTorch's has for the same arguments (read from
-the measuring call), so a ``view`` after it works as it did. A call in which a query row is
-masked entirely runs PyTorch's kernel (whose kernels disagree there: 0 or NaN). Choices are
-shared by the sequence lengths up to the same power of two (``size_bucket``), as a GEMM's
-row counts are; anything else runs PyTorch's operator.
+``enable_gqa``; for the fused nodes, a softmax over the last dimension, a key given
+transposed with contiguous rows, and their three mask kinds. Its result has the strides the
+default gives for the same arguments (read from the measuring call), so a ``view`` after it
+works as it did. A call in which a query row is masked entirely runs the default (whose
+kernels disagree there: 0 or NaN). Choices are shared by the sequence lengths up to the
+same power of two (``size_bucket``), as a GEMM's row counts are; anything else runs the
+default.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Any
 import torch
 
 from static_runtime.ir.graph import Node
+from static_runtime.ir.own_ops import ATTENTION, MASKED_ATTENTION
 from static_runtime.ops import ckernels
 from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
 from static_runtime.ops.registry import labelled, register_measured, register_native
@@ -74,51 +79,42 @@ def _mask_strides(mask: torch.Tensor, shape: tuple[int, int, int, int]) -> tuple
     return tuple(out)
 
 
-@register_measured("aten::scaled_dot_product_attention")
-def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
-              ) -> Callable[..., Any] | None:
-    if node.schema != _SCHEMA or not ckernels.available():
-        return None
-    n = len(node.inputs)
-    flags = [constant_value(v) for v in node.inputs[4:8]]
-    dropout, causal, scale, gqa = flags + [0.0, False, None, False][len(flags):]
-    if NotImplemented in (dropout, causal, scale, gqa) or dropout != 0.0 \
-            or type(causal) is not bool or type(gqa) is not bool \
-            or not (scale is None or type(scale) is float):
-        return None
-    mask_input = node.inputs[3] if n > 3 else None
-    if mask_input is not None and causal and constant_value(mask_input) is not None:
-        return None  # PyTorch raises: both a mask and is_causal
-    run = ckernels.library().sr_attention
-    per_shape = PerShape(chooser, ("aten", "native"))
-    #: (the call's layout key) → our kernel's call for it, or None for PyTorch's
-    calls: dict[tuple, Any] = {}
-    f32, boolean, threads = torch.float32, torch.bool, torch.get_num_threads
-    empty_strided = torch.empty_strided
+class _Kernel:
+    """Our kernel's calls for one node: per layout key, an unchecked call or None (the
+    default's), chosen by measurement per sequence-length bucket."""
 
-    def direct_for(q, k, v, mask, out_shape, out_strides):
-        """Our kernel for tensors laid out as these, unchecked; None where it does not
-        take them."""
+    def __init__(self, chooser: KernelChooser, default: Callable[..., Any], causal: bool,
+                 gqa: bool, invert: bool):
+        self.per_shape = PerShape(chooser, ("aten", "native"))
+        self.calls: dict[tuple, Any] = {}
+        self.default, self.causal, self.gqa, self.invert = default, causal, gqa, invert
+        self.run = ckernels.library().sr_attention
+
+    def direct_for(self, q, k, v, mask, factor: float, out_shape, out_strides):
+        """Our kernel for tensors laid out as these, unchecked; None where it does not take
+        them. ``k`` is (B, Hk, Lk, D): the key, not its transpose."""
         (B, H, Lq, D), (kb_, Hk, Lk, Dk), (vb_, Hv, Lv, Dv) = q.shape, k.shape, v.shape
         if not (kb_ == vb_ == B and Dk == D and Lv == Lk and Hv == Hk and Hk > 0
-                and H % Hk == 0 and (Hk == H or gqa) and 0 < D <= MAX_HEAD
+                and H % Hk == 0 and (Hk == H or self.gqa) and 0 < D <= MAX_HEAD
                 and 0 < Dv <= MAX_HEAD and Lq > 0 and Lk > 0 and B > 0
                 and q.stride(3) == k.stride(3) == v.stride(3) == 1
-                and len(out_strides) == 4 and out_strides[3] == 1):
+                and tuple(out_shape) == (B, H, Lq, Dv) and out_strides[3] == 1):
             return None
+        f32, boolean = torch.float32, torch.bool
         if mask is None:
             mask_strides, kind = (0, 0, 0, 0), None
         else:
-            if causal or mask.dtype not in (f32, boolean) or not mask.is_cpu:
+            if self.causal or mask.dtype not in (f32, boolean) or not mask.is_cpu:
                 return None
             mask_strides = _mask_strides(mask, (B, H, Lq, Lk))
             if mask_strides is None:
                 return None
             kind = mask.dtype
         array, address = ckernels._block(
-            B, H, Lq, Lk, D, Dv, H // Hk, int(causal), *q.stride()[:3], *k.stride()[:3],
-            *v.stride()[:3], *out_strides[:3], *mask_strides)
-        factor = 1.0 / math.sqrt(D) if scale is None else scale
+            B, H, Lq, Lk, D, Dv, H // Hk, int(self.causal), *q.stride()[:3],
+            *k.stride()[:3], *v.stride()[:3], *out_strides[:3], *mask_strides,
+            int(self.invert))
+        run, empty_strided = self.run, torch.empty_strided
         shape, strides = tuple(out_shape), tuple(out_strides)
 
         def direct(q, k, v, mask):
@@ -133,46 +129,68 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
             if status:
                 if status < 0:
                     raise MemoryError("attention: no memory for a call's scratch block")
-                return None  # a query row masked entirely: PyTorch's kernel answers
+                return None  # a query row masked entirely: the default answers
             return out
 
         direct.keep = array  # type: ignore[attr-defined]  # what the address names
         return direct
 
-    def key_of(q, k, v, mask) -> tuple:
-        m = None if mask is None else (mask.shape, mask.stride(), mask.dtype)
-        return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), m, threads())
-
-    def decide(q, k, v, mask, rest, key):
-        expected = default(q, k, v, mask, *rest)
-        direct = direct_for(q, k, v, mask, expected.shape, expected.stride())
+    def decide(self, key: tuple, q, k, v, mask, factor: float, expected: torch.Tensor,
+               again: Callable[[], Any], what: str):
+        """The call for ``key`` (made, measured or remembered, and kept)."""
+        direct = self.direct_for(q, k, v, mask, factor, expected.shape, expected.stride())
         if direct is None:
-            return ckernels.remember(calls, key, None), expected
+            return ckernels.remember(self.calls, key, None)
         B, H, Lq, D = q.shape
         Lk, Dv = k.shape[2], v.shape[3]
         bucket = (torch.Size((B, H, size_bucket(Lq), size_bucket(Lk))), key[-1])
-        name = per_shape.chosen.get(bucket)
+        name = self.per_shape.chosen.get(bucket)
         if name is None:
-            masking = ("causal" if causal else "none" if mask is None
+            masking = ("causal" if self.causal else "none" if mask is None
                        else f"{mask.dtype} {_mask_strides(mask, (B, H, Lq, Lk))}")
             layout = "/".join(str(t.is_contiguous()) for t in (q, k, v))
-            problem = (f"sdpa float32 B={B} H={H} Hk={k.shape[1]} Lq<={bucket[0][2]} "
+            problem = (f"{what} float32 B={B} H={H} Hk={k.shape[1]} Lq<={bucket[0][2]} "
                        f"Lk<={bucket[0][3]} D={D} Dv={Dv} mask={masking} "
                        f"contiguous={layout}")
-            name = per_shape.choose(bucket, problem,
-                                    lambda: {"aten": lambda: default(q, k, v, mask, *rest),
-                                             "native": lambda: direct(q, k, v, mask)})
-        return ckernels.remember(calls, key, direct if name == "native" else None), expected
+            name = self.per_shape.choose(bucket, problem,
+                                         lambda: {"aten": again,
+                                                  "native": lambda: direct(q, k, v, mask)})
+        return ckernels.remember(self.calls, key, direct if name == "native" else None)
+
+
+def _key(q, k, v, mask) -> tuple:
+    m = None if mask is None else (mask.shape, mask.stride(), mask.dtype)
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), m,
+            torch.get_num_threads())
+
+
+@register_measured("aten::scaled_dot_product_attention")
+def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
+              ) -> Callable[..., Any] | None:
+    if node.schema != _SCHEMA or not ckernels.available():
+        return None
+    n = len(node.inputs)
+    flags = [constant_value(v) for v in node.inputs[4:8]]
+    dropout, causal, scale, gqa = flags + [0.0, False, None, False][len(flags):]
+    if NotImplemented in (dropout, causal, scale, gqa) or dropout != 0.0 \
+            or type(causal) is not bool or type(gqa) is not bool \
+            or not (scale is None or type(scale) is float):
+        return None
+    kernel = _Kernel(chooser, default, causal, gqa, invert=False)
+    calls, f32 = kernel.calls, torch.float32
 
     @labelled("scaled_dot_product_attention: kernel chosen per shape by measurement")
     def fn(q, k, v, mask=None, *rest):
         if q.dtype is f32 and k.dtype is f32 and v.dtype is f32 and q.dim() == 4 \
                 and k.dim() == 4 and v.dim() == 4 and q.is_cpu and k.is_cpu and v.is_cpu:
-            key = key_of(q, k, v, mask)
+            key = _key(q, k, v, mask)
             if key in calls:
                 call = calls[key]
             else:
-                call, expected = decide(q, k, v, mask, rest, key)
+                expected = default(q, k, v, mask, *rest)
+                factor = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
+                call = kernel.decide(key, q, k, v, mask, factor, expected,
+                                     lambda: default(q, k, v, mask, *rest), "sdpa")
                 if call is None:
                     return expected
             if call is not None:
@@ -181,4 +199,48 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                     return out
         return default(q, k, v, mask, *rest)
 
-    return per_shape.expose(fn, ("scaled_dot_product_attention", n))
+    return kernel.per_shape.expose(fn, ("scaled_dot_product_attention", n))
+
+
+@register_measured("static_runtime::attention", "static_runtime::masked_attention")
+def _measured_fused(node: Node, chooser: KernelChooser, default: Callable[..., Any]
+                    ) -> Callable[..., Any] | None:
+    """The attention nodes of written-out attention: ``matmul(softmax(matmul(q, key_t) ·
+    scale + mask), value)`` (``ops/native/fused.py``)."""
+    if node.schema not in (ATTENTION, MASKED_ATTENTION) or not ckernels.available():
+        return None
+    scale, divide, dim = (constant_value(v) for v in node.inputs[3:6])
+    kind = constant_value(node.inputs[7]) if node.schema == MASKED_ATTENTION else None
+    if NotImplemented in (scale, divide, dim, kind) or dim not in (-1, 3) \
+            or type(divide) is not bool or kind not in (None, "add", "fill", "keep") \
+            or not (scale is None or type(scale) in (int, float)) or scale == 0:
+        return None
+    factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
+    kernel = _Kernel(chooser, default, causal=False, gqa=False, invert=kind == "fill")
+    calls, f32, boolean = kernel.calls, torch.float32, torch.bool
+    mask_dtype = None if kind is None else f32 if kind == "add" else boolean
+
+    @labelled("attention: kernel chosen per shape by measurement")
+    def fn(q, key_t, v, scale_, divide_, dim_, *masking):
+        mask = masking[0] if masking else None
+        if q.dtype is f32 and key_t.dtype is f32 and v.dtype is f32 and q.dim() == 4 \
+                and key_t.dim() == 4 and v.dim() == 4 and q.is_cpu and key_t.is_cpu \
+                and v.is_cpu and (mask is None or mask.dtype is mask_dtype):
+            k = key_t.transpose(2, 3)
+            key = _key(q, k, v, mask)
+            if key in calls:
+                call = calls[key]
+            else:
+                args = (q, key_t, v, scale_, divide_, dim_, *masking)
+                expected = default(*args)
+                call = kernel.decide(key, q, k, v, mask, factor, expected,
+                                     lambda: default(*args), "attention")
+                if call is None:
+                    return expected
+            if call is not None:
+                out = call(q, k, v, mask)
+                if out is not None:
+                    return out
+        return default(q, key_t, v, scale_, divide_, dim_, *masking)
+
+    return kernel.per_shape.expose(fn, ("attention", kind))

@@ -138,3 +138,49 @@ def test_what_it_does_not_take_runs_pytorchs(forced):
     for args in (big, double, three_d):
         torch.testing.assert_close(mod(*args), fn(*args))
     assert "native (forced)" not in mod.describe()
+
+
+class WrittenOut(nn.Module):
+    """Attention written out over head views of one projection, scaled by ``/ √d`` — the
+    pattern ``fuse_attention`` makes one node of — with each of its mask kinds."""
+
+    def __init__(self, kind: str):
+        super().__init__()
+        self.kind = kind
+        self.qkv = nn.Linear(8, 3 * 2 * 16)
+
+    def forward(self, x, mask):
+        b, t = x.size(0), x.size(1)
+        h = self.qkv(x)
+        q = h[:, :, :32].reshape(b, t, 2, 16).transpose(1, 2)
+        k = h[:, :, 32:64].reshape(b, t, 2, 16).transpose(1, 2)
+        v = h[:, :, 64:].reshape(b, t, 2, 16).transpose(1, 2)
+        scores = torch.matmul(q, k.transpose(-2, -1)) / 4.0
+        if self.kind == "add":
+            scores = scores + mask
+        elif self.kind == "fill":
+            scores = scores.masked_fill(mask, float("-inf"))
+        elif self.kind == "keep":
+            scores = torch.where(mask, scores, float("-inf"))
+        return torch.matmul(torch.softmax(scores, dim=-1), v)
+
+
+@pytest.mark.parametrize("kind", ["none", "add", "fill", "keep"])
+def test_fused_attention_nodes_forced_native(kind, forced):
+    forced("native")
+    g = torch.Generator().manual_seed(3)
+    sets = []
+    for b, t in ((1, 6), (3, 19)):
+        if kind == "add":
+            mask = torch.randn(b, 1, t, t, generator=g)
+        else:
+            mask = torch.rand(t, t, generator=g) > 0.4
+            mask[:, 0] = kind == "keep"  # a key each row keeps
+            mask[:, 1] = kind == "fill"
+        sets.append([torch.randn(b, t, 8, generator=g), mask])
+    mod = check(WrittenOut(kind).eval(), sets[0], sets[1], options={"measure": MEASURE},
+                rtol=1e-5, atol=1e-5)["measure"]
+    kinds = [n.kind for n in mod.graph.walk()]
+    assert ("static_runtime::attention" in kinds) or ("static_runtime::masked_attention"
+                                                      in kinds), kinds
+    assert ": native (forced)" in mod.describe()

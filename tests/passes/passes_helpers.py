@@ -23,9 +23,9 @@ from static_runtime.passes.registry import passes
 NO_PASSES = sr.StaticModuleOptions(**{p: False for p in PASS_ORDER})
 
 
-def only(name: str, **extra: bool) -> sr.StaticModuleOptions:
-    """Options with one pass on and every other pass off."""
-    flags = {p: p == name for p in PASS_ORDER}
+def only(name: str, **extra: Any) -> sr.StaticModuleOptions:
+    """Options with one pass on and every other pass off (``extra``: other fields)."""
+    flags: dict[str, Any] = {p: p == name for p in PASS_ORDER}
     flags.update(extra)
     return sr.StaticModuleOptions(**flags)
 

@@ -33,7 +33,8 @@ static inline void store_n(float *p, v16 v, int64_t n) {
 
 /* p: B, H, Lq, Lk, D, Dv, heads per key head (grouped-query: 1 otherwise), causal,
    then strides (in elements) of batch, head, row for q, k, v and out (their last dimension
-   contiguous), and batch, head, row, column of the mask (0 where it broadcasts). Returns 0;
+   contiguous), and batch, head, row, column of the mask (0 where it broadcasts), and 1 if
+   a boolean mask says which scores to drop (masked_fill's) rather than keep. Returns 0;
    1 if a query row is masked entirely (the caller asks PyTorch, whose kernels disagree on
    such rows); -1 without memory or for a head larger than MAX_D. */
 int sr_attention(const float *q, const float *k, const float *v, const float *fmask,
@@ -45,6 +46,7 @@ int sr_attention(const float *q, const float *k, const float *v, const float *fm
     const int64_t vb = p[14], vh = p[15], vl = p[16];
     const int64_t ob = p[17], oh = p[18], ol = p[19];
     const int64_t mb = p[20], mh = p[21], mi = p[22], mj = p[23];
+    const uint8_t invert = (uint8_t)p[24];
     if (D > MAX_D || Dv > MAX_D) return -1;
     const int64_t lkp = (Lk + 31) / 32 * 32;  /* keys padded to pairs of vectors */
     float *kt = malloc((size_t)(lkp * D + ROWS * lkp) * sizeof(float));
@@ -108,7 +110,7 @@ int sr_attention(const float *q, const float *k, const float *v, const float *fm
                             } else if (bmask && n > 0) {
                                 int32_t keep[16] = {0};
                                 for (int64_t c = 0; c < n; c++)
-                                    keep[c] = bmask[mrow[r] + (j + c) * mj];
+                                    keep[c] = (bmask[mrow[r] + (j + c) * mj] != 0) ^ invert;
                                 vi16 kv;
                                 memcpy(&kv, keep, 64);
                                 acc = sr_act16_sel(kv != 0, acc, ninf);
