@@ -348,9 +348,13 @@ def fuse_linear_activation(graph: Graph) -> bool:
     under ``kernel_choice="measure"``: the measured product applies the activation in its
     kernel's epilogue where ours wins (one call instead of two: a 1 × 64 · 64 × 64 product
     and its ReLU take 0.4 µs as one call, 2.0 as two), and ``addmm`` + the activation in
-    place, what the two nodes ran, where ATen's wins."""
+    place, what the two nodes ran, where ATen's wins. GPT-2's ``Conv1D`` (``addmm`` of a
+    constant weight, viewed back, then the activation) too: ``_fuse_addmm_activation``."""
     changed = False
     for node in list(graph.walk()):
+        if node.owning_block is not None and node.schema == _ADDMM:
+            changed |= _fuse_addmm_activation(graph, node)
+            continue
         if node.owning_block is None or node.schema != _LINEAR \
                 or not _fusable_linear(node, min_weight=1):
             continue
@@ -360,6 +364,71 @@ def fuse_linear_activation(graph: Graph) -> bool:
             _rewrite_linear(graph, node)
             changed = True
     return changed
+
+
+_ADDMM = str(torch.ops.aten.addmm.default._schema)
+_VIEWS = (str(torch.ops.aten.view.default._schema), str(torch.ops.aten.reshape.default._schema))
+
+
+def _two_dim_view(value: Value) -> bool:
+    """Whether ``value`` is a view or reshape to a list of two sizes (``x.view(-1, d)``)."""
+    node = value.node
+    if node.schema not in _VIEWS:
+        return False
+    sizes = node.inputs[1]
+    if sizes.node.kind == "prim::ListConstruct":
+        return len(sizes.node.inputs) == 2
+    known, value_ = constant_value(sizes)
+    return known and isinstance(value_, (list, tuple)) and len(value_) == 2
+
+
+def _fuse_addmm_activation(graph: Graph, addmm: Node) -> bool:
+    """GPT-2's ``Conv1D``: ``act(view(addmm(b, x.view(-1, d), W), sizes))`` with a constant
+    (K, N) ``W`` and (N,) ``b``, β = α = 1 → ``view(linear_pointwise(x2, Wᵀ, b, act), sizes)``
+    (the activation is element-wise, so it commutes with the view; ``Wᵀ`` a new constant).
+    ``x2`` must be a view to two sizes, so that ``addmm``'s 2-D requirement holds as before."""
+    if len(addmm.inputs) != 5 or any(constant_value(v) != (True, 1)
+                                     for v in addmm.inputs[3:5]):
+        return False
+    (kb, bias), (kw, weight) = constant_value(addmm.inputs[0]), constant_value(addmm.inputs[2])
+    if not (kb and kw and isinstance(weight, torch.Tensor) and isinstance(bias, torch.Tensor)
+            and weight.dim() == 2 and bias.dim() == 1 and bias.shape[0] == weight.shape[1]
+            and weight.dtype is torch.float32 and bias.dtype is torch.float32
+            and weight.layout == torch.strided and bias.layout == torch.strided
+            and _two_dim_view(addmm.inputs[1])):
+        return False
+    view = addmm.output.sole_user()
+    if view is None or view.owning_block is not addmm.owning_block:
+        return False
+    act = view
+    if view.schema in _VIEWS and view.inputs[0] is addmm.output:
+        act = view.output.sole_user()
+    else:
+        view = None
+    if act is None or act.owning_block is not addmm.owning_block \
+            or act.inputs[0] is not (view or addmm).output:
+        return False
+    attr = _linear_postop_attr(act)
+    if attr is None:
+        return False
+    weight_t = graph.constant(weight.detach().t().contiguous(), T.Tensor, before=addmm)
+    fused = graph.create("static_runtime::linear_pointwise", [
+        addmm.inputs[1], weight_t, addmm.inputs[0],
+        graph.constant(attr, T.Str, before=addmm)], output_types=[addmm.output.type])
+    fused.schema, fused.source = LINEAR_POINTWISE, addmm.source
+    fused.insert_before(addmm)
+    name = act.output.name
+    if view is not None:
+        view.replace_input(0, fused.output)
+        act.output.replace_all_uses_with(view.output)
+        act.destroy()
+        view.output.set_name(name)
+    else:
+        act.output.replace_all_uses_with(fused.output)
+        act.destroy()
+        fused.output.set_name(name)
+    addmm.destroy()
+    return True
 
 
 def _fusable_linear(node: Node, min_weight: int = LINEAR_MIN_WEIGHT) -> bool:

@@ -17,7 +17,8 @@ from static_runtime.ops import ckernels
 #: What each activation the kernels apply means, in PyTorch.
 POST = {"none": lambda t: t, "relu": torch.relu, "relu6": lambda t: torch.clamp(t, 0, 6),
         "hardswish": nn.functional.hardswish, "sigmoid": torch.sigmoid,
-        "silu": nn.functional.silu, "gelu": nn.functional.gelu, "tanh": torch.tanh}
+        "silu": nn.functional.silu, "gelu": nn.functional.gelu, "tanh": torch.tanh,
+        "gelu_tanh": lambda t: nn.functional.gelu(t, approximate="tanh")}
 assert set(POST) == set(ckernels.ACTIVATIONS)
 
 pytestmark = pytest.mark.skipif(not ckernels.available(),

@@ -474,6 +474,43 @@ def test_measured_small_linears_take_their_activation_along(tmp_path, monkeypatc
     assert "static_runtime::linear_pointwise" not in kinds(net, off)
 
 
+class Conv1DStyle(torch.nn.Module):
+    """GPT-2's ``Conv1D`` (``addmm`` of a (in, out) weight on the input seen as 2-D, the
+    result viewed back) before GELU's tanh form and ReLU; and near misses: β = 2, an input
+    that is not a two-size view, a product with a second user."""
+
+    def __init__(self, d: int = 24):
+        super().__init__()
+        g = torch.Generator().manual_seed(4)
+        def w(*shape):
+            return torch.randn(*shape, generator=g) / shape[0] ** 0.5
+
+        self.w1, self.b1, self.w2, self.b2 = w(d, 2 * d), w(2 * d), w(2 * d, d), w(d)
+        self.w3, self.b3 = w(d, d), w(d)
+
+    def forward(self, x):
+        size = x.size()
+        h = torch.addmm(self.b1, x.view(-1, size[-1]), self.w1)
+        h = torch.nn.functional.gelu(h.view(size[0], size[1], -1), approximate="tanh")
+        y = torch.relu(torch.addmm(self.b2, h.view(-1, h.size(-1)), self.w2))
+        near = torch.relu(torch.addmm(self.b3, y, self.w3, beta=2))  # β = 2
+        flat = y.reshape(-1, y.size(-1))
+        z = torch.addmm(self.b3, flat, self.w3)
+        return torch.tanh(z.view(size)), near, z  # (z has a second user)
+
+
+def test_measured_conv1d_style_addmm_takes_its_activation_along(tmp_path, monkeypatch):
+    monkeypatch.setenv("STATIC_RUNTIME_CACHE_DIR", str(tmp_path))
+    net = torch.jit.script(Conv1DStyle().eval())
+    graph = sr.prepare(script(net), MEASURE)
+    acts = [n.inputs[3].node.attrs["value"] for n in graph.walk()
+            if n.kind == "static_runtime::linear_pointwise"]
+    assert sorted(acts) == ["gelu_tanh", "relu"]
+    assert [n.kind for n in graph.walk()].count("aten::addmm") == 2
+    assert "static_runtime::linear_pointwise" not in kinds(net, UNMEASURED)
+    check(net, [rows(2, 3, 24)], [rows(5, 7, 24)], options={"measure": MEASURE})
+
+
 def test_a_small_fused_linear_never_runs_onednn_unmeasured(tmp_path, monkeypatch):
     """Where the measured kernels do not run (here a strided input), a small fused linear
     runs addmm + its activation, as the two nodes did: oneDNN's fixed cost pays back only on

@@ -221,7 +221,7 @@ def _output_size(h: int, w: int, kh: int, kw: int, stride, padding, dilation
 
 #: The activations the kernels apply themselves, by the fused operators' attr.
 ACTIVATIONS = {"none": 0, "relu": 1, "relu6": 2, "hardswish": 3, "sigmoid": 4, "silu": 5,
-               "gelu": 6, "tanh": 7}
+               "gelu": 6, "tanh": 7, "gelu_tanh": 8}
 
 
 def depthwise_weight(weight: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,8 @@
 /* The activations our kernels apply in their epilogue, for a 16- and an 8-float vector and a
    float: 0 none, 1 relu, 2 relu6 (hardtanh 0..6), 3 hardswish (x · relu6(x + 3) / 6),
    4 sigmoid, 5 silu (x · sigmoid(x)), 6 gelu (x · Φ(x), the exact one, by erf), 7 tanh
-   (a series to x⁹ below |x| = 0.3, where its truncation is < 6e-8 of the value).
+   (a series to x⁹ below |x| = 0.3, where its truncation is < 6e-8 of the value), 8 gelu's
+   tanh approximation (x / 2 · (1 + tanh(√(2/π) · (x + 0.044715 x³))), GPT-2's).
 
    exp is computed as 2^n · e^r with n = round(x / ln 2) and |r| <= ln 2 / 2, e^r by its
    Taylor polynomial of degree 7 (truncation < 2e-9 there): within a few units in the last
@@ -61,6 +62,8 @@ static inline V NAME(V x, int act) { \
     if (act == 5) return x * NAME##_sigmoid(x); \
     if (act == 6) return NAME##_gelu(x); \
     if (act == 7) return NAME##_tanh(x); \
+    if (act == 8) return 0.5f * x * (1.0f + NAME##_tanh(0.7978845608028654f \
+                                                         * (x + 0.044715f * x * x * x))); \
     const V six = zero + 6.0f; \
     V y = act == 3 ? x + 3.0f : x; \
     y = (V)((VI)y & (y > zero)); \
