@@ -1,7 +1,7 @@
 """``static_runtime::rms_norm`` and ``static_runtime::l2_normalize`` (``passes/norms.py`` makes
 them): their meaning as ATen operators, and under ``kernel_choice="measure"`` (the only option
-they are made with) a choice per input shape and thread count, by measurement
-(``ops/kernels.py``), between
+they are made with) a choice per row count (up to the same power of two) and thread count,
+by measurement (``ops/kernels.py``), between
 
 * ``aten``: the composite — the five (four) operators it replaced, allocating (the default);
 * ``native``: our kernel (``ops/ckernels/norms.c``): one pass for the squares, one to scale
@@ -23,7 +23,7 @@ from static_runtime.ir.own_ops import L2_NORMALIZE, RMS_NORM
 from static_runtime.ops import ckernels
 from static_runtime.ops.ckernels.layers import l2_normalize, rms_norm
 from static_runtime.ops.enums import Kind, enum_table
-from static_runtime.ops.kernels import KernelChooser, PerShape
+from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
 from static_runtime.ops.registry import (
     implement_torch_ops,
     labelled,
@@ -43,6 +43,20 @@ def rms_norm_reference(input, weight, eps, dtype=None):
 def _dtype(dtype: Any) -> torch.dtype:
     """A ``torch.dtype``, whether given as one or as the int TorchScript spells it with."""
     return enum_table(Kind.DTYPE)[dtype] if isinstance(dtype, int) else dtype
+
+
+def _choose(per_shape: PerShape, what: str, x: torch.Tensor, threads: int, make) -> str:
+    """The kernel for ``x``'s rows up to the same power of two (``size_bucket``: traffic of
+    every size brings new row counts on most calls, and a choice measured on each would put
+    milliseconds on their first calls), measured on the first of them to come."""
+    h = x.shape[-1]
+    rows = x.numel() // h if h else 0
+    bucket = (torch.Size((size_bucket(rows), h)), threads)
+    name = per_shape.chosen.get(bucket)
+    if name is None:
+        name = per_shape.choose(bucket, f"{what} float32 rows<={bucket[0][0]} h={h} "
+                                        f"contiguous", make)
+    return name
 
 
 @register_native("static_runtime::rms_norm")
@@ -76,9 +90,9 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
 
     def decide(x, key):
         direct = native_for(x.shape)
-        name = per_shape.choose(key, f"rms_norm float32 x={tuple(x.shape)} contiguous",
-                                lambda: {"aten": lambda: default(x, weight, eps, dtype),
-                                         "native": lambda: direct(x)})
+        name = _choose(per_shape, "rms_norm", x, key[1],
+                       lambda: {"aten": lambda: default(x, weight, eps, dtype),
+                                "native": lambda: direct(x)})
         return ckernels.remember(calls, key, direct if name == "native" else None)
 
     @labelled("rms_norm: kernel chosen per input shape by measurement")
@@ -125,9 +139,9 @@ def _measured_l2(node: Node, chooser: KernelChooser, default: Callable[..., Any]
         if rank == 0 or x.numel() == 0 or dim not in (-1, rank - 1):
             return ckernels.remember(calls, key, None)  # (another dimension: ATen's)
         direct = l2_normalize(x.shape[-1], eps).direct_for(x.shape)
-        name = per_shape.choose(key, f"l2_normalize float32 x={tuple(x.shape)} contiguous",
-                                lambda: {"aten": lambda: default(x, dim, eps),
-                                         "native": lambda: direct(x)})
+        name = _choose(per_shape, "l2_normalize", x, key[1],
+                       lambda: {"aten": lambda: default(x, dim, eps),
+                                "native": lambda: direct(x)})
         return ckernels.remember(calls, key, direct if name == "native" else None)
 
     @labelled("l2_normalize: kernel chosen per input shape by measurement")
