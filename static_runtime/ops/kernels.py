@@ -104,6 +104,12 @@ def cpu_identity() -> str:
     return " | ".join(parts)
 
 
+def _native_digest() -> str:
+    from static_runtime.ops import ckernels  # (it imports this module)
+
+    return ckernels.source_digest()
+
+
 def cache_path() -> Path:
     """``$STATIC_RUNTIME_CACHE_DIR/kernels.json``, else under ``$XDG_CACHE_HOME`` or
     ``~/.cache``, in ``static_runtime/``."""
@@ -224,8 +230,11 @@ class KernelChooser:
 
     def full_key(self, key: str, names: tuple[str, ...]) -> str:
         """The cache key: ``key``, the candidates (a choice made without a kernel that is
-        available now is not the choice among all of them), the thread count and the CPU."""
-        return (f"{key} | candidates={','.join(sorted(names))} | "
+        available now is not the choice among all of them; with our own kernels among them,
+        the digest of their sources: a choice made with other versions of them neither),
+        the thread count and the CPU."""
+        ours = f" | native={_native_digest()}" if "native" in names else ""
+        return (f"{key} | candidates={','.join(sorted(names))}{ours} | "
                 f"threads={torch.get_num_threads()} | cpu={self.cpu}")
 
     def lookup(self, key: str, names: tuple[str, ...]) -> Choice | None:

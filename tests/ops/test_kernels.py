@@ -337,6 +337,22 @@ def test_a_choice_made_without_a_candidate_available_now_is_measured_again(tmp_p
     assert chooser.lookup("k", ("aten", "native")) is None  # a new kernel: not yet compared
 
 
+def test_a_choice_made_with_other_versions_of_our_kernels_is_measured_again(tmp_path,
+                                                                            monkeypatch):
+    """Our kernels change between releases (a faster attention kernel lost to PyTorch's as
+    its first version did, and that choice stayed on disk): the key names their sources."""
+    chooser = KernelChooser(DiskCache(tmp_path / "k.json"))
+    x = torch.randn(4)
+    names = ("aten", "native")
+    chooser.choose("k", names, lambda: {"aten": lambda: x + 1, "native": lambda: x + 1},
+                   "aten")
+    assert chooser.lookup("k", names) is not None
+    assert f"native={ckernels.source_digest()}" in chooser.full_key("k", names)
+    assert "native=" not in chooser.full_key("k", ("aten", "onednn"))
+    monkeypatch.setattr(ckernels, "source_digest", lambda: "another-version")
+    assert chooser.lookup("k", names) is None
+
+
 def test_mkl_keeps_one_packed_weight_a_row_count_bucket():
     """Traffic of every size: MKL's packed weight is made per bucket (for its largest row
     count), not per row count — a copy of the weight for every size would grow without

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -92,6 +93,14 @@ def why_unavailable() -> str | None:
 
 class _Unavailable(Exception):
     pass
+
+
+@functools.cache
+def source_digest() -> str:
+    """A digest of our kernels' sources: a choice measured with other kernels than these
+    (another version of this package) is not a choice among these (``KernelChooser``)."""
+    here = Path(__file__).resolve().parent
+    return hashlib.sha256(b"".join((here / name).read_bytes() for name in _FILES)).hexdigest()[:12]
 
 
 def _load() -> ctypes.CDLL:
