@@ -11,8 +11,9 @@ The candidates, each returning ATen's outputs:
   GEMM per layer and direction, then the steps in C; a cell's two products and its gates in
   one call) — where a compiler could build them.
 
-Only plain layers in inference are claimed (``train`` false, no LSTM projection), on a
-contiguous 3-D float32 CPU input with the initial states given, and cells on a contiguous 2-D
+Only plain layers in inference are claimed (``train`` false, no LSTM projection), on a 3-D
+float32 CPU input (a strided one copied for ours, the copy timed with it) with the initial
+states given, and cells on a contiguous 2-D
 float32 CPU input and states (``nn.GRUCell`` / ``nn.LSTMCell`` make an unbatched input 2-D
 before the call); anything else — the meta tensors of planning, unbatched input — takes
 ATen's operator.
@@ -83,10 +84,12 @@ def _measured_factory(mode: str):
                                                bidirectional, batch_first)
             return native[0](x, *state)
 
-        def decide(x, hx, state, rest, key) -> str:
-            name = per_shape.choose(key, f"{mode} float32 x={tuple(x.shape)} contiguous {spec}",
+        def decide(x, xc, hx, state, rest, key) -> str:
+            layout = "contiguous" if xc is x else "strided"
+            name = per_shape.choose(key, f"{mode} float32 x={tuple(x.shape)} {layout} {spec}",
                                     lambda: {"aten": lambda: aten(x, hx, params, *rest)[0],
-                                             "native": lambda: run_native(x, state)[0]})
+                                             "native": lambda: run_native(
+                                                 x.contiguous(), state)[0]})
             if name != "native" and "native" not in chosen.values():
                 native[0] = None  # its packed weights serve no shape
             return name
@@ -94,15 +97,18 @@ def _measured_factory(mode: str):
         @labelled(f"{mode}: kernel chosen per input shape by measurement")
         def fn(x, hx, params_, *rest):
             if params_ is params and x.dtype is f32 and x.dim() == 3 and x.is_cpu \
-                    and x.is_contiguous() and x.numel() > 0:
+                    and x.numel() > 0:
                 state = tuple(hx) if lstm else (hx,)
                 batch = x.shape[0] if batch_first else x.shape[1]
                 if all(isinstance(s, torch.Tensor) and s.dtype is f32 and s.is_cpu
                        and s.dim() == 3 and s.shape[1] == batch for s in state):
+                    # (a strided input — a conv net's (B, C, T) output transposed — is
+                    # copied for ours, and the copy timed with it)
+                    xc = x if x.is_contiguous() else x.contiguous()
                     key = (x.shape, threads())
-                    name = chosen.get(key) or decide(x, hx, state, rest, key)
+                    name = chosen.get(key) or decide(x, xc, hx, state, rest, key)
                     if name == "native":
-                        return run_native(x, state)
+                        return run_native(xc, state)
             return default(x, hx, params_, *rest)
 
         return per_shape.expose(fn, (mode, num_layers, bidirectional, batch_first,

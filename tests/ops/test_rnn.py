@@ -65,8 +65,8 @@ class _Gru(nn.Module):
 
 
 def test_unbatched_and_non_contiguous_inputs():
-    """nn.GRU gives an unbatched input a batch of one (measured); a non-contiguous input
-    runs ATen's operator (nothing measured for it)."""
+    """nn.GRU gives an unbatched input a batch of one (measured); a non-contiguous input (a
+    conv net's output transposed) is measured too, ours on a contiguous copy of it."""
     model = _Gru().eval()
     mod = sr.StaticModule(torch.jit.script(model), MEASURE)
     x, h0 = torch.randn(4, 5), torch.randn(1, 8)  # (T, input): no batch dimension
@@ -75,8 +75,10 @@ def test_unbatched_and_non_contiguous_inputs():
         assert mod.kernels.measured == 1
         x3, h3 = torch.randn(5, 2, 4).permute(2, 1, 0), torch.randn(1, 2, 8)  # (4, 2, 5)
         assert not x3.is_contiguous()
+        before = x3.clone()
         torch.testing.assert_close(mod(x3, h3), model(x3, h3))
-        assert mod.kernels.measured == 1
+        torch.testing.assert_close(mod(x3, h3), model(x3, h3))
+        assert mod.kernels.measured == 2 and torch.equal(x3, before)
 
 
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
@@ -217,3 +219,19 @@ def test_cell_unbatched_strided_and_mistyped_inputs():
             model(x64, h64)
         with pytest.raises(RuntimeError, match=re.escape(str(eager_error.value).split("\n")[0][:40])):
             mod(x64, h64)
+
+
+def test_strided_input_forced_native(monkeypatch):
+    """A layer fed a conv net's (B, C, T) output transposed: ours runs on a contiguous copy
+    (forced), and gives eager's answer with the input untouched."""
+    monkeypatch.setattr(KernelChooser, "choose",
+                        lambda self, key, names, make, default: Choice("native", {}, "forced"))
+    model = _Gru().eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    with torch.inference_mode():
+        for steps in (4, 9):  # two shape sets
+            x, h = torch.randn(5, 2, steps).permute(2, 1, 0), torch.randn(1, 2, 8)
+            before = x.clone()
+            torch.testing.assert_close(mod(x, h), model(x, h), rtol=1e-5, atol=1e-5)
+            assert torch.equal(x, before)
+    assert "native (forced)" in mod.describe()
