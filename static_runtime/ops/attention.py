@@ -141,6 +141,8 @@ class _Kernel:
         direct = self.direct_for(q, k, v, mask, factor, expected.shape, expected.stride())
         if direct is None:
             return ckernels.remember(self.calls, key, None)
+        if direct(q, k, v, mask) is None:
+            return None  # a row masked entirely in this call: decide on another one
         B, H, Lq, D = q.shape
         Lk, Dv = k.shape[2], v.shape[3]
         bucket = (torch.Size((B, H, size_bucket(Lq), size_bucket(Lk))), key[-1])

@@ -419,7 +419,8 @@ def _measure(candidates: dict[str, Candidate], default: str,
 
 def _agrees(result: torch.Tensor, reference: torch.Tensor) -> bool:
     """Equal to float tolerance: a GEMM summed in another order differs by rounding only."""
-    if result.shape != reference.shape or result.dtype != reference.dtype:
+    if not isinstance(result, torch.Tensor) or result.shape != reference.shape \
+            or result.dtype != reference.dtype:
         return False
     scale = max(1.0, float(reference.abs().max())) if reference.numel() else 1.0
     return bool(torch.allclose(result, reference, rtol=1e-3, atol=1e-4 * scale,
