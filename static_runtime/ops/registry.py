@@ -177,6 +177,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
     (``ops/gemm.py``) then takes the place of the one selected otherwise."""
     # Importing the implementation modules registers them.
     from static_runtime.ops import (  # noqa: F401
+        activations,
         attention,
         conv,
         conv1d,

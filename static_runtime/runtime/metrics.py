@@ -331,8 +331,10 @@ def benchmark_individual_ops(runtime: StaticRuntime, args: tuple, kwargs: dict,
         by_type[kind] += t
         counts[kind] += 1
     m.time_per_node_type = dict(by_type)
-    node_sum = sum(m.time_per_node) or 1.0
-    m.percent_per_node_type = {k: 100.0 * v / node_sum for k, v in by_type.items()}
+    node_sum = sum(by_type.values()) or 1.0
+    # (the kinds' sums, not the nodes' in their order: one kind is then exactly 100 %, where
+    # the two orders of summing gave 100.00000000000001 % now and then)
+    m.percent_per_node_type = {k: min(100.0, 100.0 * v / node_sum) for k, v in by_type.items()}
     m.instances_per_node_type = dict(counts)
     # As in PyTorch, the counts are of the top-level nodes timed above (a control-flow
     # node's blocks are inside its time), so total_nodes_count == len(time_per_node).

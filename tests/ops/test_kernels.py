@@ -67,8 +67,8 @@ def test_differential_two_shape_sets():
     mod = mods["measure"]
     assert mod.kernels.measured > 0
     kinds = [pn.kind for pn in mod.plan.nodes() if "by measurement" in pn.impl.label]
-    assert sorted(set(kinds)) == ["aten::addmm", "aten::linear", "aten::matmul", "aten::mm",
-                                  "static_runtime::linear_pointwise"]
+    assert {"aten::addmm", "aten::linear", "aten::matmul", "aten::mm",
+            "static_runtime::linear_pointwise"} <= set(kinds)
 
 
 @pytest.mark.parametrize("name", gemm.candidate_names())

@@ -40,7 +40,8 @@ import torch
 from static_runtime.ops.kernels import cache_path, cpu_identity
 
 #: What the library is built from (all hashed; the .c files compiled).
-_FILES = ("act.h", "attention.c", "depthwise.c", "gemm.c", "norms.c", "recurrent.c")
+_FILES = ("act.h", "attention.c", "depthwise.c", "eltwise.c", "gemm.c", "norms.c",
+          "recurrent.c")
 _FLAG_SETS = (["-O3", "-march=native"], ["-O3", "-mcpu=native"], ["-O3"])
 #: ``-ffp-contract=fast``: ISO C mode (``-std=c11``) forbids fusing ``a * b + c`` into one
 #: multiply-add, and GCC then issues a multiply and an add: on CPUs whose adds share the FMA
@@ -188,6 +189,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sr_recurrent_layer.restype = ctypes.c_int
     lib.sr_recurrent_layer.argtypes = [_PTR, _I64, _I64, _PTR, _PTR, _PTR, _PTR, _PTR, _I64,
                                        _I64, _I64, _I64, _I64, ctypes.c_int]
+    lib.sr_activation.restype = None
+    lib.sr_activation.argtypes = [_PTR, _PTR, _I64, ctypes.c_int]
     lib.sr_attention.restype = ctypes.c_int
     lib.sr_attention.argtypes = [_PTR, _PTR, _PTR, _PTR, _PTR, _PTR, ctypes.c_float, _PTR]
     lib.sr_rnn_cell.restype = ctypes.c_int
