@@ -59,6 +59,12 @@ def _measured(node: Node, chooser: KernelChooser, default: Pair) -> Pair | None:
         run(x.data_ptr(), out.data_ptr(), x.numel(), code)
         return out
 
+    def fresh(x):
+        # (``empty(*dims)``: a ``torch.Size`` argument costs 1.36 µs against 0.60; a 0-dim
+        # tensor has no dims to spread)
+        shape = x.shape
+        return empty(*shape) if shape else empty(())
+
     def ours(x, rest) -> bool:
         """Whether our kernel serves ``x`` (chosen for its element count's bucket)."""
         if x.dtype is not f32 or not x.is_cpu or not x.is_contiguous():
@@ -72,13 +78,13 @@ def _measured(node: Node, chooser: KernelChooser, default: Pair) -> Pair | None:
             name = per_shape.choose(
                 key, f"{act} float32 n<={key[0][0]} contiguous",
                 lambda: {"aten": lambda: default_fn(x, *rest),
-                         "native": lambda: native(x, empty(*x.shape))})
+                         "native": lambda: native(x, fresh(x))})
         return name == "native"
 
     @labelled(f"{act}: kernel chosen per element count by measurement")
     def fn(x, *rest):
         if ours(x, rest):
-            return native(x, empty(*x.shape))  # (contiguous, as x is)
+            return native(x, fresh(x))  # (contiguous, as x is)
         return default_fn(x, *rest)
 
     @labelled(f"{act}: kernel chosen per element count by measurement, out=")

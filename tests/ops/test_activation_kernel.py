@@ -36,7 +36,7 @@ def test_forced_kernel_equals_torchscript(act, kernel, monkeypatch):
                         lambda self, key, names, make, default: Choice(kernel, {}, "forced"))
     fn = torch.jit.CompilationUnit(_source(ACTIVATIONS[act])).f
     g = torch.Generator().manual_seed(len(act))
-    first = [torch.randn(37, generator=g) * 4, torch.randn(16, generator=g)]
+    first = [torch.randn(37, generator=g) * 4, torch.randn((), generator=g)]  # (0-dim too)
     second = [torch.randn(3, 50, generator=g) * 4, torch.randn(2, 3, 17, generator=g) * 9]
     mod = check(fn, first, second, options={"measure": MEASURE}, rtol=2e-6, atol=2e-6)["measure"]
     assert mod.describe().count(f": {kernel} (forced)") >= 2
