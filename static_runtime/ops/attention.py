@@ -159,6 +159,24 @@ class _Kernel:
                                                   "native": lambda: direct(q, k, v, mask)})
         return ckernels.remember(self.calls, key, direct if name == "native" else None)
 
+    def serve(self, q, k, v, mask, factor: float, default_call: Callable[[], Any], what: str):
+        """The node's result: by the call kept for this layout (decided on its first call),
+        else by ``default_call``."""
+        key = _key(q, k, v, mask)
+        calls = self.calls
+        if key in calls:
+            call = calls[key]
+        else:
+            expected = default_call()
+            call = self.decide(key, q, k, v, mask, factor, expected, default_call, what)
+            if call is None:
+                return expected
+        if call is not None:
+            out = call(q, k, v, mask)
+            if out is not None:
+                return out
+        return default_call()
+
 
 def _key(q, k, v, mask) -> tuple:
     m = None if mask is None else (mask.shape, mask.stride(), mask.dtype)
@@ -179,26 +197,15 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
             or not (scale is None or type(scale) is float):
         return None
     kernel = _Kernel(chooser, default, causal, gqa, invert=False)
-    calls, f32 = kernel.calls, torch.float32
+    f32 = torch.float32
 
     @labelled("scaled_dot_product_attention: kernel chosen per shape by measurement")
     def fn(q, k, v, mask=None, *rest):
         if q.dtype is f32 and k.dtype is f32 and v.dtype is f32 and q.dim() == 4 \
                 and k.dim() == 4 and v.dim() == 4 and q.is_cpu and k.is_cpu and v.is_cpu:
-            key = _key(q, k, v, mask)
-            if key in calls:
-                call = calls[key]
-            else:
-                expected = default(q, k, v, mask, *rest)
-                factor = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
-                call = kernel.decide(key, q, k, v, mask, factor, expected,
-                                     lambda: default(q, k, v, mask, *rest), "sdpa")
-                if call is None:
-                    return expected
-            if call is not None:
-                out = call(q, k, v, mask)
-                if out is not None:
-                    return out
+            factor = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
+            return kernel.serve(q, k, v, mask, factor, lambda: default(q, k, v, mask, *rest),
+                                "sdpa")
         return default(q, k, v, mask, *rest)
 
     return kernel.per_shape.expose(fn, ("scaled_dot_product_attention", n))
@@ -219,7 +226,7 @@ def _measured_fused(node: Node, chooser: KernelChooser, default: Callable[..., A
         return None
     factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
     kernel = _Kernel(chooser, default, causal=False, gqa=False, invert=kind == "fill")
-    calls, f32, boolean = kernel.calls, torch.float32, torch.bool
+    f32, boolean = torch.float32, torch.bool
     mask_dtype = None if kind is None else f32 if kind == "add" else boolean
 
     @labelled("attention: kernel chosen per shape by measurement")
@@ -228,21 +235,9 @@ def _measured_fused(node: Node, chooser: KernelChooser, default: Callable[..., A
         if q.dtype is f32 and key_t.dtype is f32 and v.dtype is f32 and q.dim() == 4 \
                 and key_t.dim() == 4 and v.dim() == 4 and q.is_cpu and key_t.is_cpu \
                 and v.is_cpu and (mask is None or mask.dtype is mask_dtype):
-            k = key_t.transpose(2, 3)
-            key = _key(q, k, v, mask)
-            if key in calls:
-                call = calls[key]
-            else:
-                args = (q, key_t, v, scale_, divide_, dim_, *masking)
-                expected = default(*args)
-                call = kernel.decide(key, q, k, v, mask, factor, expected,
-                                     lambda: default(*args), "attention")
-                if call is None:
-                    return expected
-            if call is not None:
-                out = call(q, k, v, mask)
-                if out is not None:
-                    return out
+            args = (q, key_t, v, scale_, divide_, dim_, *masking)
+            return kernel.serve(q, key_t.transpose(2, 3), v, mask, factor,
+                                lambda: default(*args), "attention")
         return default(q, key_t, v, scale_, divide_, dim_, *masking)
 
     return kernel.per_shape.expose(fn, ("attention", kind))

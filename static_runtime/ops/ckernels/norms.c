@@ -7,23 +7,28 @@
 
 #include "act.h"
 
+/* The sum of the squares of h floats: 16 partial sums, vectorised, then the tail. */
+static inline float sum_squares(const float *x, int64_t h) {
+    v16 acc = {0};
+    int64_t j = 0;
+    for (; j + 16 <= h; j += 16) {
+        v16 v;
+        memcpy(&v, x + j, 64);
+        acc += v * v;
+    }
+    float ss = 0;
+    for (int k = 0; k < 16; k++) ss += acc[k];
+    for (; j < h; j++) ss += x[j] * x[j];
+    return ss;
+}
+
 void sr_rms_norm(const float *x, const float *w, float *out, int64_t rows, int64_t h,
                  float eps) {
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * h;
         float *o = out + r * h;
-        v16 acc = {0};
+        const float scale = 1.0f / sqrtf(sum_squares(xr, h) / (float)h + eps);
         int64_t j = 0;
-        for (; j + 16 <= h; j += 16) {
-            v16 v;
-            memcpy(&v, xr + j, 64);
-            acc += v * v;
-        }
-        float ss = 0;
-        for (int k = 0; k < 16; k++) ss += acc[k];
-        for (; j < h; j++) ss += xr[j] * xr[j];
-        const float scale = 1.0f / sqrtf(ss / (float)h + eps);
-        j = 0;
         for (; j + 16 <= h; j += 16) {
             v16 v, wv;
             memcpy(&v, xr + j, 64);
@@ -43,19 +48,9 @@ void sr_l2_normalize(const float *x, float *out, int64_t rows, int64_t h, float 
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * h;
         float *o = out + r * h;
-        v16 acc = {0};
-        int64_t j = 0;
-        for (; j + 16 <= h; j += 16) {
-            v16 v;
-            memcpy(&v, xr + j, 64);
-            acc += v * v;
-        }
-        float ss = 0;
-        for (int k = 0; k < 16; k++) ss += acc[k];
-        for (; j < h; j++) ss += xr[j] * xr[j];
-        float d = sqrtf(ss);
+        float d = sqrtf(sum_squares(xr, h));
         d = d < eps ? eps : d;
-        j = 0;
+        int64_t j = 0;
         for (; j + 16 <= h; j += 16) {
             v16 v;
             memcpy(&v, xr + j, 64);
