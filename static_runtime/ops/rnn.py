@@ -84,8 +84,8 @@ def _measured_factory(mode: str):
                                                bidirectional, batch_first)
             return native[0](x, *state)
 
-        def decide(x, xc, hx, state, rest, key) -> str:
-            layout = "contiguous" if xc is x else "strided"
+        def decide(x, hx, state, rest, key) -> str:
+            layout = "contiguous" if x.is_contiguous() else "strided"
             name = per_shape.choose(key, f"{mode} float32 x={tuple(x.shape)} {layout} {spec}",
                                     lambda: {"aten": lambda: aten(x, hx, params, *rest)[0],
                                              "native": lambda: run_native(
@@ -102,13 +102,12 @@ def _measured_factory(mode: str):
                 batch = x.shape[0] if batch_first else x.shape[1]
                 if all(isinstance(s, torch.Tensor) and s.dtype is f32 and s.is_cpu
                        and s.dim() == 3 and s.shape[1] == batch for s in state):
-                    # (a strided input — a conv net's (B, C, T) output transposed — is
-                    # copied for ours, and the copy timed with it)
-                    xc = x if x.is_contiguous() else x.contiguous()
                     key = (x.shape, threads())
-                    name = chosen.get(key) or decide(x, xc, hx, state, rest, key)
+                    name = chosen.get(key) or decide(x, hx, state, rest, key)
                     if name == "native":
-                        return run_native(xc, state)
+                        # (a strided input — a conv net's (B, C, T) output transposed — is
+                        # copied for ours, and the copy was timed with it)
+                        return run_native(x if x.is_contiguous() else x.contiguous(), state)
             return default(x, hx, params_, *rest)
 
         return per_shape.expose(fn, (mode, num_layers, bidirectional, batch_first,
