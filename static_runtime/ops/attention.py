@@ -83,11 +83,10 @@ class _Kernel:
     """Our kernel's calls for one node: per layout key, an unchecked call or None (the
     default's), chosen by measurement per sequence-length bucket."""
 
-    def __init__(self, chooser: KernelChooser, default: Callable[..., Any], causal: bool,
-                 gqa: bool, invert: bool):
+    def __init__(self, chooser: KernelChooser, causal: bool, gqa: bool, invert: bool):
         self.per_shape = PerShape(chooser, ("aten", "native"))
         self.calls: dict[tuple, Any] = {}
-        self.default, self.causal, self.gqa, self.invert = default, causal, gqa, invert
+        self.causal, self.gqa, self.invert = causal, gqa, invert
         self.run = ckernels.library().sr_attention
 
     def direct_for(self, q, k, v, mask, factor: float, out_shape, out_strides):
@@ -159,23 +158,29 @@ class _Kernel:
                                                   "native": lambda: direct(q, k, v, mask)})
         return ckernels.remember(self.calls, key, direct if name == "native" else None)
 
-    def serve(self, q, k, v, mask, factor: float, default_call: Callable[[], Any], what: str):
+    def serve(self, q, k, v, mask, factor: float, default_call: Callable[[], Any], what: str,
+              transposed: bool = False):
         """The node's result: by the call kept for this layout (decided on its first call),
-        else by ``default_call``."""
+        else by ``default_call``. With ``transposed``, ``k`` is the key's transpose (the
+        fused nodes' ``key_t``): the layout key reads it as it is, and the view our kernel
+        takes is made only when our kernel runs."""
         key = _key(q, k, v, mask)
         calls = self.calls
         if key in calls:
             call = calls[key]
+            if call is None:
+                return default_call()
+            if transposed:
+                k = k.transpose(2, 3)
         else:
             expected = default_call()
+            if transposed:
+                k = k.transpose(2, 3)
             call = self.decide(key, q, k, v, mask, factor, expected, default_call, what)
             if call is None:
                 return expected
-        if call is not None:
-            out = call(q, k, v, mask)
-            if out is not None:
-                return out
-        return default_call()
+        out = call(q, k, v, mask)
+        return out if out is not None else default_call()
 
 
 def _key(q, k, v, mask) -> tuple:
@@ -196,7 +201,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
             or type(causal) is not bool or type(gqa) is not bool \
             or not (scale is None or type(scale) is float):
         return None
-    kernel = _Kernel(chooser, default, causal, gqa, invert=False)
+    kernel = _Kernel(chooser, causal, gqa, invert=False)
     f32 = torch.float32
 
     @labelled("scaled_dot_product_attention: kernel chosen per shape by measurement")
@@ -225,7 +230,7 @@ def _measured_fused(node: Node, chooser: KernelChooser, default: Callable[..., A
             or not (scale is None or type(scale) in (int, float)) or scale == 0:
         return None
     factor = 1.0 if scale is None else (1.0 / scale if divide else float(scale))
-    kernel = _Kernel(chooser, default, causal=False, gqa=False, invert=kind == "fill")
+    kernel = _Kernel(chooser, causal=False, gqa=False, invert=kind == "fill")
     f32, boolean = torch.float32, torch.bool
     mask_dtype = None if kind is None else f32 if kind == "add" else boolean
 
@@ -236,8 +241,8 @@ def _measured_fused(node: Node, chooser: KernelChooser, default: Callable[..., A
                 and key_t.dim() == 4 and v.dim() == 4 and q.is_cpu and key_t.is_cpu \
                 and v.is_cpu and (mask is None or mask.dtype is mask_dtype):
             args = (q, key_t, v, scale_, divide_, dim_, *masking)
-            return kernel.serve(q, key_t.transpose(2, 3), v, mask, factor,
-                                lambda: default(*args), "attention")
+            return kernel.serve(q, key_t, v, mask, factor, lambda: default(*args),
+                                "attention", transposed=True)
         return default(q, key_t, v, scale_, divide_, dim_, *masking)
 
     return kernel.per_shape.expose(fn, ("attention", kind))
