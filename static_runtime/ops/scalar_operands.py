@@ -58,15 +58,16 @@ def operand(dtype: torch.dtype, value: Any) -> torch.Tensor | None:
     return None
 
 
-class _Operands(dict):
-    """dtype → the operand for that dtype (None: the number as given), made on first use."""
+class PerDtype(dict):
+    """dtype → ``make(dtype)``, made on the first lookup of that dtype (one dict lookup per
+    call after it)."""
 
-    def __init__(self, value: Any):
+    def __init__(self, make: Callable[[torch.dtype], Any]):
         super().__init__()
-        self.value = value
+        self.make = make
 
-    def __missing__(self, dtype: torch.dtype) -> torch.Tensor | None:
-        made = self[dtype] = operand(dtype, self.value)
+    def __missing__(self, dtype: torch.dtype) -> Any:
+        made = self[dtype] = self.make(dtype)
         return made
 
 
@@ -84,7 +85,8 @@ def constant_operand_pair(op: Callable[..., Any], value: Any, name: str
     once per dtype of ``self``. ``fn(self, other, *rest)``, ``out_fn(out, self, other,
     *rest)``: ``other`` (and an ``alpha`` of 1) are the node's constants, read from the
     table instead."""
-    operands = _Operands(value)
+    # dtype → the operand for that dtype (None: the number as given)
+    operands = PerDtype(lambda dtype: operand(dtype, value))
 
     @labelled(f"torch.{name}(self, {value!r} as a tensor made once)")
     def fn(self, other, *rest):

@@ -21,6 +21,7 @@ import torch
 from static_runtime.ir.graph import Node
 from static_runtime.ir.own_ops import COMPARE_SCALAR
 from static_runtime.ops.registry import implement_torch_ops, labelled, register_native
+from static_runtime.ops.scalar_operands import PerDtype
 from static_runtime.ops.selection import constant_value
 
 _PYTHON = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge,
@@ -55,14 +56,12 @@ def _compare_scalar(node: Node):
     if op not in _PYTHON or type(other) not in (int, float, bool):
         return None
     python, aten = _PYTHON[op], _ATEN[op]
-    #: dtype → ``other`` as compared with it (None: ATen compares)
-    rounded: dict[torch.dtype, int | float | None] = {}
+    # dtype → ``other`` as compared with it (None: ATen compares)
+    rounded = PerDtype(lambda dtype: as_compared(dtype, other))
 
     @labelled(f"bool(x {op} {other!r}) on x's one value")
     def compare_scalar(x, other_, op_):
-        dtype = x.dtype
-        r = rounded[dtype] if dtype in rounded else rounded.setdefault(
-            dtype, as_compared(dtype, other))
+        r = rounded[x.dtype]
         if r is None or x.numel() != 1 or other_ is not other and other_ != other:
             return bool(aten(x, other_))
         return python(x.item(), r)
