@@ -65,14 +65,13 @@ def _measured(node: Node, chooser: KernelChooser, default: Pair) -> Pair | None:
         shape = x.shape
         return empty(*shape) if shape else empty(())
 
-    def ours(x, rest) -> bool:
-        """Whether our kernel serves ``x`` (chosen for its element count's bucket)."""
-        if x.dtype is not f32 or not x.is_cpu or not x.is_contiguous():
-            return False
-        n = x.numel()
-        if n == 0:
-            return False
-        key = (torch.Size((size_bucket(n),)), threads())
+    #: (element count, threads) → whether ours serves it: the call path's one lookup
+    served: dict[tuple[int, int], bool] = {}
+
+    def choose(x, rest, n: int, t: int) -> bool:
+        """The choice for ``n``'s bucket (up to the same power of two), measured on the
+        first count of it to come."""
+        key = (torch.Size((size_bucket(n),)), t)
         name = chosen.get(key)
         if name is None:
             name = per_shape.choose(
@@ -80,6 +79,17 @@ def _measured(node: Node, chooser: KernelChooser, default: Pair) -> Pair | None:
                 lambda: {"aten": lambda: default_fn(x, *rest),
                          "native": lambda: native(x, fresh(x))})
         return name == "native"
+
+    def ours(x, rest) -> bool:
+        """Whether our kernel serves ``x``."""
+        if x.dtype is not f32 or not x.is_cpu or not x.is_contiguous():
+            return False
+        n = x.numel()
+        key = (n, threads())
+        found = served.get(key)
+        if found is None:
+            found = ckernels.remember(served, key, n > 0 and choose(x, rest, n, key[1]))
+        return found
 
     @labelled(f"{act}: kernel chosen per element count by measurement")
     def fn(x, *rest):

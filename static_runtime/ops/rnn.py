@@ -190,6 +190,7 @@ def _cell_measured_factory(mode: str):
             bucket = size_bucket(batch)
             bucket_key = (torch.Size((bucket, input_size)), key[1])
             name = per_shape.chosen.get(bucket_key)
+            direct = None
             if name is None:
                 direct = native_cell().direct(batch)
 
@@ -203,9 +204,11 @@ def _cell_measured_factory(mode: str):
 
                 name = per_shape.choose(bucket_key, f"{spec} float32 B<={bucket}",
                                         lambda: {"aten": theirs, "native": ours})
-            call = native_cell().direct(batch) if name == "native" else None
-            ckernels.remember(calls, key, call)
-            return call
+            if name != "native":
+                if "native" not in per_shape.chosen.values():
+                    native[0] = None  # its packed weights serve no batch
+                return ckernels.remember(calls, key, None)
+            return ckernels.remember(calls, key, direct or native_cell().direct(batch))
 
         @labelled(f"{mode}_cell: kernel chosen per batch size by measurement")
         def fn(x, hx, w_ih_, w_hh_, b_ih_, b_hh_):
