@@ -47,6 +47,9 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+#: the products ``ops/gemm.py`` measures (its ``problem`` is ``(op, k, n, bias, epilogue)``)
+GEMM_OPS = ("linear", "addmm", "mm", "matmul")
+
 #: epilogue → ONNX activation node (op type, attributes); ``relu6`` and ``silu`` are special.
 _ONNX_ACTS = {
     "relu": ("Relu", {}), "tanh": ("Tanh", {}), "sigmoid": ("Sigmoid", {}),
@@ -100,9 +103,11 @@ def collect(names: list[str]) -> tuple[dict[tuple, set[str]], dict[tuple, set[st
             mod(*inputs(batch))
             for pn in mod.plan.nodes():
                 problem = getattr(pn.fn, "problem", None)
-                if problem is None or problem[0] in ("conv1d", "lstm", "gru", "rms_norm"):
+                if problem is None or not (problem[0] == "conv2d" or len(problem) == 5
+                                           and problem[0].split("+")[0] in GEMM_OPS):
                     continue  # (1-D convolutions: ``benchmarks/conv_paths.py``; norms and recurrent
-                    # layers: ``benchmarks/recurrent.py``)
+                    # layers: ``benchmarks/recurrent.py``; attention and activations:
+                    # ``benchmarks/small_kernels.py``)
                 if problem[0] == "conv2d":
                     _, w, stride, padding, dilation, groups, has_bias, attr = problem
                     for bucket, choice in pn.fn.choices.items():
