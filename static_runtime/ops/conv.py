@@ -15,7 +15,8 @@ each input shape, layout (channels-last or not) and thread count, the first call
   place;
 * ``native`` (depthwise — one filter per channel — and ungrouped): our own C kernels
   (``ops/ckernels``: a direct depthwise loop, a GEMM for 1 × 1, an implicit GEMM otherwise) on
-  the channels-last input, bias and ReLU / ReLU6 / hardswish applied in them, other
+  the channels-last input (the implicit GEMM reads a channels-first one as it is: a network's
+  first convolution takes the image as given), bias and ReLU / ReLU6 / hardswish applied in them, other
   activations in place after them — where a compiler could build them. oneDNN pays ~18 µs a
   call around its kernel here at batch 1.
 
@@ -71,7 +72,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
     #: bucket key → the input shape the choice was measured on (benchmarks and tools)
     measured_at: dict[tuple, torch.Size] = {}
     #: (input shape, channels-last, threads) → what a call of it runs (bounded): ours'
-    #: unchecked call for a channels-last input of that shape, else the chosen kernel
+    #: unchecked call for an input of that shape and layout, else the chosen kernel
     calls: dict[tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
     spec = (f"w={tuple(weight.shape)} stride={list(stride)} padding={list(padding)} "
             f"dilation={list(dilation)} groups={groups} bias={bias is not None}")
@@ -81,7 +82,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
                    f"{'channels_last' if key[1] else 'contiguous'} {spec}")
 
         def make():  # each as it will run: ours, on a channels-last input, unchecked
-            return {name: _bound(key[1] and kernels.direct(name, x.shape)
+            return {name: _bound(kernels.direct(name, x.shape, key[1])
                                  or kernels.kernel(name), x) for name in names}
 
         choice = chooser.choose(problem, names, make, default="onednn")
@@ -95,7 +96,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
         n_, _, h, w = x.shape
         bucket = (size_bucket(n_ * h * w), *key[1:])
         name = chosen.get(bucket) or decide(x, bucket)
-        call = key[1] and kernels.direct(name, x.shape) or kernels.kernel(name)
+        call = kernels.direct(name, x.shape, key[1]) or kernels.kernel(name)
         return remember(calls, key, call)
 
     @labelled(f"conv2d_pointwise ({attr}): kernel chosen per input shape by measurement")
@@ -234,14 +235,22 @@ class ConvKernels:
 
         return native
 
-    def direct(self, name: str, shape: torch.Size) -> Callable[[torch.Tensor], torch.Tensor] | None:
-        """Kernel ``name``'s call for channels-last inputs of ``shape`` that checks nothing
-        (ours: ~0.6 µs less a call than its checked one, a third of a 1 × 1 convolution's on
-        a squeeze-and-excitation block's 1 × 1 pixel), or None where it has none."""
+    def direct(self, name: str, shape: torch.Size, channels_last: bool = True
+               ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+        """Kernel ``name``'s call for inputs of ``shape`` that checks nothing (ours: ~0.6 µs
+        less a call than its checked one, a third of a 1 × 1 convolution's on a
+        squeeze-and-excitation block's 1 × 1 pixel), for channels-last inputs (or contiguous
+        ones, where the kernel reads them as they are: our implicit GEMM), or None where it
+        has none."""
         if name != "native":
             return None
         self._native()
-        direct = self._native_inner.direct_for(shape)
+        if channels_last:
+            direct = self._native_inner.direct_for(shape)
+        elif getattr(self._native_inner, "reads_channels_first", False):
+            direct = self._native_inner.direct_for(shape, channels_first=True)
+        else:
+            return None
         if self.attr in ckernels.ACTIVATIONS:
             return direct
         act_ = self.act_

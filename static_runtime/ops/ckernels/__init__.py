@@ -423,8 +423,9 @@ class Gemm:
 
 class Conv2d:
     """``act(conv2d(x, weight, bias, stride, padding, dilation))`` of one group by our own
-    kernel (``gemm.c``: an implicit GEMM over output pixels, indirect input rows) for a
-    constant (Cout, Cin, KH, KW) ``weight``, packed once."""
+    kernel (``gemm.c``: an implicit GEMM over output pixels on a zero-padded channels-last
+    copy of the input) for a constant (Cout, Cin, KH, KW) ``weight``, packed once. It reads
+    channels-last and contiguous (channels-first) inputs as they are."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, stride: list[int],
                  padding: list[int], dilation: list[int], act: str = "none"):
@@ -433,14 +434,25 @@ class Conv2d:
             raise ValueError(f"Conv2d takes a float32 (Cout, Cin, KH, KW) weight, got "
                              f"{weight.dtype} {tuple(weight.shape)}")
         self.cout, self.cin, self.kh, self.kw = weight.shape
-        # the (KH·KW·Cin, Cout) matrix of the implicit GEMM, packed by the GEMM's packing
-        matrix = weight.detach().permute(2, 3, 1, 0).reshape(-1, self.cout)
-        self.gemm = Gemm(matrix, bias, act)
+        self.weight, self.bias, self.act = weight.detach(), bias, act
         self.stride, self.padding, self.dilation = list(stride), list(padding), list(dilation)
         self._run = lib.sr_conv2d_block
-        self._shapes: dict[torch.Size, tuple] = {}
+        #: channels-first → the implicit GEMM's (KH·KW·Cin, Cout) matrix, packed by the GEMM's
+        #: packing, in the order the input holds a pixel's taps: (i, j, ci) channels-last,
+        #: (i, ci, j) channels-first (made when an input of that layout first comes)
+        self._gemms: dict[bool, Gemm] = {}
+        #: (input shape, channels-first) → (out shape, out strides, block address, block)
+        self._shapes: dict[tuple[torch.Size, bool], tuple] = {}
 
-    def _sizes(self, shape: torch.Size) -> tuple:
+    def _gemm(self, channels_first: bool) -> Gemm:
+        gemm = self._gemms.get(channels_first)
+        if gemm is None:
+            order = (2, 1, 3, 0) if channels_first else (2, 3, 1, 0)
+            matrix = self.weight.permute(*order).reshape(-1, self.cout)
+            gemm = self._gemms[channels_first] = Gemm(matrix, self.bias, self.act)
+        return gemm
+
+    def _sizes(self, shape: torch.Size, channels_first: bool) -> tuple:
         n, channels, h, w = shape
         kh, kw, cout = self.kh, self.kw, self.cout
         oh, ow = _output_size(h, w, kh, kw, self.stride, self.padding, self.dilation)
@@ -448,16 +460,17 @@ class Conv2d:
             raise ValueError(f"a convolution of {self.cin} input channels and a {kh} × {kw} "
                              f"kernel (padding {self.padding}, dilation {self.dilation}) cannot "
                              f"take an input of shape {tuple(shape)}")
-        gemm = self.gemm
+        gemm = self._gemm(channels_first)
         block = _block(gemm.packed.data_ptr(), 0 if gemm.bias is None else gemm.bias.data_ptr(),
                        n, h, w, channels, kh, kw, *self.stride, *self.padding, *self.dilation,
-                       oh, ow, cout, gemm.act)
-        return remember(self._shapes, shape, ((n, cout, oh, ow),
-                                               _channels_last_strides(cout, oh, ow), block[1],
-                                               block))
+                       oh, ow, cout, gemm.act, int(channels_first))
+        return remember(self._shapes, (shape, channels_first),
+                        ((n, cout, oh, ow), _channels_last_strides(cout, oh, ow), block[1],
+                         block))
 
     def kernel(self):
-        """``x -> result``, channels-last (a channels-first ``x`` is converted first)."""
+        """``x -> result``, channels-last; ``x`` channels-last or contiguous is read as it is
+        (any other layout is made contiguous first)."""
         run, shapes, sizes = self._run, self._shapes, self._sizes
         f32, cl, empty_strided = torch.float32, torch.channels_last, torch.empty_strided
 
@@ -465,26 +478,32 @@ class Conv2d:
             if x.dtype is not f32 or x.dim() != 4 or not x.is_cpu:
                 raise ValueError(f"Conv2d takes a float32 4-D CPU tensor, got {x.dtype} "
                                  f"{tuple(x.shape)} on {x.device}")
-            x = x.contiguous(memory_format=cl)
-            shape, strides, block, _ = shapes.get(x.shape) or sizes(x.shape)
+            channels_first = not x.is_contiguous(memory_format=cl)
+            if channels_first:
+                x = x.contiguous()
+            key = (x.shape, channels_first)
+            shape, strides, block, _ = shapes.get(key) or sizes(*key)
             out = empty_strided(shape, strides)
             if run(x.data_ptr(), out.data_ptr(), block):
-                raise MemoryError(f"Conv2d: no memory for the row pointers of {tuple(shape)}")
+                raise MemoryError(f"Conv2d: no memory for the padded input of {tuple(x.shape)}")
             return out
 
-        def direct_for(shape: torch.Size):
-            """``x -> result`` for channels-last float32 CPU inputs of ``shape``, unchecked."""
-            out_shape, strides, address, block = shapes.get(shape) or sizes(shape)
+        def direct_for(shape: torch.Size, channels_first: bool = False):
+            """``x -> result`` for float32 CPU inputs of ``shape``, channels-last (or
+            contiguous, with ``channels_first``), unchecked."""
+            out_shape, strides, address, block = (shapes.get((shape, channels_first))
+                                                  or sizes(shape, channels_first))
             return _unchecked(run, out_shape, strides, address, (self, block), "Conv2d")
 
         conv2d.keep = self  # type: ignore[attr-defined]
         conv2d.direct_for = direct_for  # type: ignore[attr-defined]
+        conv2d.reads_channels_first = True  # type: ignore[attr-defined]
         return conv2d
 
 
 def _unchecked(run, out_shape: tuple, strides: tuple, address: int, keep: tuple,
                fails: str | None = None):
-    """A convolution's ``x -> result`` for channels-last float32 CPU inputs of one shape that
+    """A convolution's ``x -> result`` for float32 CPU inputs of one shape and layout that
     checks nothing: the channels-last result allocated, ``run`` on the pointers and the
     argument block at ``address`` (``keep``: what the pointers name). ``fails``: the kernel
     returns non-zero when it could not allocate its own memory, and is named in the error."""
@@ -493,7 +512,8 @@ def _unchecked(run, out_shape: tuple, strides: tuple, address: int, keep: tuple,
     def direct(x: torch.Tensor) -> torch.Tensor:
         out = empty_strided(out_shape, strides)
         if run(x.data_ptr(), out.data_ptr(), address) and fails is not None:
-            raise MemoryError(f"{fails}: no memory for the row pointers of {tuple(out_shape)}")
+            raise MemoryError(f"{fails}: no memory for its working copy of the input "
+                                  f"(result {tuple(out_shape)})")
         return out
 
     direct.keep = keep  # type: ignore[attr-defined]

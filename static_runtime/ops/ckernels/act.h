@@ -6,7 +6,8 @@
 
    exp is computed as 2^n · e^r with n = round(x / ln 2) and |r| <= ln 2 / 2, e^r by its
    Taylor polynomial of degree 7 (truncation < 2e-9 there): within a few units in the last
-   place of float32. erfc is the Chebyshev fit of Numerical Recipes (§6.2, "erfcc"),
+   place of float32. sigmoid's 1 / (1 + e^-x) takes a reciprocal estimate refined by a Newton
+   step where AVX-512 has one (a division otherwise). erfc is the Chebyshev fit of Numerical Recipes (§6.2, "erfcc"),
    fractional error below 1.2e-7 everywhere. */
 #ifndef SR_ACT_H
 #define SR_ACT_H
@@ -17,24 +18,39 @@ typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));
 typedef float v8 __attribute__((vector_size(32), aligned(4)));
 typedef int32_t vi8 __attribute__((vector_size(32), aligned(4)));
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+/* 1 / d: the 14-bit estimate and one Newton step (to ~1 unit in the last place), a few
+   operations where a division of 16 floats takes a divider's many cycles */
+static inline __attribute__((always_inline)) v16 sr_act16_recip(v16 d) {
+    v16 r = (v16)_mm512_rcp14_ps((__m512)d);
+    return r * (2.0f - d * r);
+}
+#else
+static inline __attribute__((always_inline)) v16 sr_act16_recip(v16 d) { return 1.0f / d; }
+#endif
+static inline __attribute__((always_inline)) v8 sr_act8_recip(v8 d) { return 1.0f / d; }
+
 #define SR_ACT(V, VI, NAME) \
-static inline V NAME##_sel(VI m, V a, V b) { return (V)(((VI)a & m) | ((VI)b & ~m)); } \
-static inline V NAME##_exp(V x) { \
+static inline __attribute__((always_inline)) V NAME##_sel(VI m, V a, V b) { return (V)(((VI)a & m) | ((VI)b & ~m)); } \
+static inline __attribute__((always_inline)) V NAME##_exp(V x) { \
     const V zero = {0}; \
-    x = NAME##_sel(x < zero + 88.0f, x, zero + 88.0f); \
-    x = NAME##_sel(x > zero - 87.0f, x, zero - 87.0f); \
-    V t = x * 1.44269504088896341f + 0.5f; \
-    VI n = __builtin_convertvector(t, VI); \
-    n -= (VI)(__builtin_convertvector(n, V) > t) & 1;  /* floor(t): round(x / ln 2) */ \
-    V nf = __builtin_convertvector(n, V); \
+    x = NAME##_sel(x > zero + 88.0f, zero + 88.0f, x);  /* (a NaN stays NaN) */ \
+    x = NAME##_sel(x < zero - 87.0f, zero - 87.0f, x); \
+    /* round(x / ln 2): added to 1.5 · 2^23, a float's last bit is the units, so the sum's \
+       bits minus those of 1.5 · 2^23 are the integer */ \
+    V t = x * 1.44269504088896341f + 12582912.0f; \
+    VI n = (VI)t - 0x4B400000; \
+    V nf = t - 12582912.0f; \
     V r = x - nf * 0.693145751953125f - nf * 1.428606765330187e-06f; \
-    V p = 1.0f / 5040 + r * 0; \
+    V p = zero + 1.0f / 5040; \
     p = p * r + 1.0f / 720; p = p * r + 1.0f / 120; p = p * r + 1.0f / 24; \
     p = p * r + 1.0f / 6; p = p * r + 0.5f; p = p * r + 1.0f; p = p * r + 1.0f; \
     V scale = (V)((n + 127) << 23); \
     return p * scale; } \
-static inline V NAME##_sigmoid(V x) { return 1.0f / (1.0f + NAME##_exp(-x)); } \
-static inline V NAME##_tanh(V x) { /* odd: a series near 0, else 1 - 2 / (e^2|x| + 1) */ \
+static inline __attribute__((always_inline)) V NAME##_sigmoid(V x) { \
+    return NAME##_recip(1.0f + NAME##_exp(-x)); } \
+static inline __attribute__((always_inline)) V NAME##_tanh(V x) { /* odd: a series near 0, else 1 - 2 / (e^2|x| + 1) */ \
     const V zero = {0}; \
     V ax = NAME##_sel(x < zero, -x, x); \
     V x2 = x * x; \
@@ -43,7 +59,7 @@ static inline V NAME##_tanh(V x) { /* odd: a series near 0, else 1 - 2 / (e^2|x|
     V far = 1.0f - 2.0f / (NAME##_exp(2.0f * ax) + 1.0f); \
     far = NAME##_sel(x < zero, -far, far); \
     return NAME##_sel(ax < zero + 0.3f, series, far); } \
-static inline V NAME##_gelu(V x) { \
+static inline __attribute__((always_inline)) V NAME##_gelu(V x) { \
     const V zero = {0}; \
     V z = x * -0.70710678118654752f; /* Φ(x) = erfc(-x / √2) / 2 */ \
     V az = NAME##_sel(z < zero, -z, z); \
@@ -55,20 +71,34 @@ static inline V NAME##_gelu(V x) { \
     V erfc_abs = t * NAME##_exp(q - az * az); \
     V erfc = NAME##_sel(z < zero, 2.0f - erfc_abs, erfc_abs); \
     return 0.5f * x * erfc; } \
+static inline __attribute__((always_inline)) V NAME##_gelu_tanh(V x) { \
+    return 0.5f * x * (1.0f + NAME##_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x))); } \
+static inline __attribute__((always_inline)) V NAME##_clamp(V x, int act) { \
+    const V zero = {0}, six = zero + 6.0f; \
+    V y = act == 3 ? x + 3.0f : x; \
+    y = NAME##_sel(y < zero, zero, y);  /* (a NaN stays NaN, as in PyTorch) */ \
+    if (act != 1) y = NAME##_sel(y > six, six, y); \
+    return act == 3 ? x * y / 6.0f : y; } \
 static inline V NAME(V x, int act) { \
-    const V zero = {0}; \
     if (act == 0) return x; \
     if (act == 4) return NAME##_sigmoid(x); \
     if (act == 5) return x * NAME##_sigmoid(x); \
     if (act == 6) return NAME##_gelu(x); \
     if (act == 7) return NAME##_tanh(x); \
-    if (act == 8) return 0.5f * x * (1.0f + NAME##_tanh(0.7978845608028654f \
-                                                         * (x + 0.044715f * x * x * x))); \
-    const V six = zero + 6.0f; \
-    V y = act == 3 ? x + 3.0f : x; \
-    y = (V)((VI)y & (y > zero)); \
-    if (act != 1) y = NAME##_sel(y < six, y, six); \
-    return act == 3 ? x * y / 6.0f : y; }
+    if (act == 8) return NAME##_gelu_tanh(x); \
+    return NAME##_clamp(x, act); } \
+/* act over n vectors in place: one dispatch, then a loop whose iterations are independent, so \
+   the CPU overlaps them (one vector at a time, an exp's chain of dependent steps left the \
+   units idle: a SiLU epilogue cost twice the convolution it ended). */ \
+static __attribute__((unused)) void NAME##_many(V *x, int64_t n, int act) { \
+    switch (act) { \
+    case 0: return; \
+    case 4: for (int64_t i = 0; i < n; i++) x[i] = NAME##_sigmoid(x[i]); return; \
+    case 5: for (int64_t i = 0; i < n; i++) x[i] = x[i] * NAME##_sigmoid(x[i]); return; \
+    case 6: for (int64_t i = 0; i < n; i++) x[i] = NAME##_gelu(x[i]); return; \
+    case 7: for (int64_t i = 0; i < n; i++) x[i] = NAME##_tanh(x[i]); return; \
+    case 8: for (int64_t i = 0; i < n; i++) x[i] = NAME##_gelu_tanh(x[i]); return; \
+    default: for (int64_t i = 0; i < n; i++) x[i] = NAME##_clamp(x[i], act); } }
 SR_ACT(v16, vi16, sr_act16)
 SR_ACT(v8, vi8, sr_act8)
 
@@ -79,8 +109,12 @@ static inline float sr_act1(float x, int act) {
     }
     if (act == 0) return x;
     float y = act == 3 ? x + 3.0f : x;
-    y = y > 0 ? y : 0;
-    if (act != 1) y = y < 6 ? y : 6;
+    y = y < 0 ? 0 : y;
+    if (act != 1) y = y > 6 ? 6 : y;
     return act == 3 ? x * y / 6.0f : y;
+}
+
+static __attribute__((unused)) void sr_act1_many(float *x, int64_t n, int act) {
+    for (int64_t i = 0; i < n; i++) x[i] = sr_act1(x[i], act);
 }
 #endif

@@ -27,9 +27,9 @@ static inline void NAME(const float *in, const float *w, const float *bias, floa
             a0 += p0 * wv; a1 += p1 * wv; a2 += p2 * wv; a3 += p3 * wv; \
         } \
     } \
-    a0 = ACTF(a0, act); a1 = ACTF(a1, act); a2 = ACTF(a2, act); a3 = ACTF(a3, act); \
-    memcpy(o + x * c + c0, &a0, sizeof(V)); memcpy(o + (x + 1) * c + c0, &a1, sizeof(V)); \
-    memcpy(o + (x + 2) * c + c0, &a2, sizeof(V)); memcpy(o + (x + 3) * c + c0, &a3, sizeof(V)); \
+    V acts[4] = {a0, a1, a2, a3}; \
+    ACTF##_many(acts, 4, act); \
+    for (int k = 0; k < 4; k++) memcpy(o + (x + k) * c + c0, &acts[k], sizeof(V)); \
 }
 QUAD(v16, quad16, sr_act16)
 QUAD(v8, quad8, sr_act8)
@@ -59,9 +59,9 @@ static inline void NAME(const float *in, const float *w, const float *bias, floa
                 a[k] += pv * wv; } \
         } \
     } \
-    for (int k = 0; k < K; k++) { \
-        a[k] = ACTF(a[k], act); \
-        memcpy(o + x * c + c0 + k * (int64_t)(sizeof(V) / 4), &a[k], sizeof(V)); } \
+    ACTF##_many(a, K, act); \
+    for (int k = 0; k < K; k++) \
+        memcpy(o + x * c + c0 + k * (int64_t)(sizeof(V) / 4), &a[k], sizeof(V)); \
 }
 PIXEL(v16, 4, pixel64, sr_act16)
 PIXEL(v16, 1, pixel16, sr_act16)

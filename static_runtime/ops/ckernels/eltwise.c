@@ -9,17 +9,20 @@
 #include "act.h"
 
 void sr_activation(const float *x, float *out, int64_t n, int act) {
+    /* in blocks of vectors, each activated as one batch (sr_act16_many) */
+    enum { BLOCK = 16 };
+    v16 v[BLOCK];
     int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        v16 v;
-        memcpy(&v, x + i, 64);
-        v = sr_act16(v, act);
-        memcpy(out + i, &v, 64);
+    for (; i + 16 * BLOCK <= n; i += 16 * BLOCK) {
+        memcpy(v, x + i, sizeof(v));
+        sr_act16_many(v, BLOCK, act);
+        memcpy(out + i, v, sizeof(v));
     }
     if (i < n) {
-        v16 v = {0};
-        memcpy(&v, x + i, (size_t)(n - i) * sizeof(float));
-        v = sr_act16(v, act);
-        memcpy(out + i, &v, (size_t)(n - i) * sizeof(float));
+        int64_t rest = n - i, vectors = (rest + 15) / 16;
+        memset(v, 0, (size_t)vectors * 64);
+        memcpy(v, x + i, (size_t)rest * sizeof(float));
+        sr_act16_many(v, vectors, act);
+        memcpy(out + i, v, (size_t)rest * sizeof(float));
     }
 }

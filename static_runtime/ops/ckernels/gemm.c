@@ -21,10 +21,8 @@
 #define MR 4
 #endif
 
-/* Writes the first min(cols, 16) of 16 sums, activated by act, to c. */
-static inline __attribute__((always_inline)) void store_sums(float *c, v16 sums, int64_t cols,
-                                                             int act) {
-    sums = sr_act16(sums, act);
+/* Writes the first min(cols, 16) of 16 sums to c. */
+static inline __attribute__((always_inline)) void store_sums(float *c, v16 sums, int64_t cols) {
     if (cols >= 16) {
         memcpy(c, &sums, 64);
     } else {
@@ -32,6 +30,25 @@ static inline __attribute__((always_inline)) void store_sums(float *c, v16 sums,
         memcpy(tmp, &sums, 64);
         memcpy(c, tmp, (size_t)cols * sizeof(float));
     }
+}
+
+/* Writes a tile's ROWS × HALVES vectors of sums, activated by act (all at once: see
+   sr_act16_many), to rows of c (row stride ldc), width columns. */
+static inline __attribute__((always_inline)) void
+store_tile(int ROWS, int HALVES, v16 s[][2], float *c, int64_t ldc, int64_t width, int act) {
+    if (act) {
+        v16 t[MR * 2];
+        for (int r = 0; r < ROWS; r++)
+            for (int h = 0; h < HALVES; h++)
+                t[r * HALVES + h] = s[r][h];
+        sr_act16_many(t, ROWS * HALVES, act);
+        for (int r = 0; r < ROWS; r++)
+            for (int h = 0; h < HALVES; h++)
+                s[r][h] = t[r * HALVES + h];
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int h = 0; h < HALVES; h++)
+            store_sums(c + r * ldc + 16 * h, s[r][h], width - 16 * h);
 }
 
 /* Packs B (K × N, element (k, n) at b[k * ldb + n]) into ceil(N / NR) panels of K × NR,
@@ -84,9 +101,7 @@ tile(int ROWS, int HALVES, const float *a, int64_t lda, const float *panel, cons
                 s[r][h] += av * b[h];
         }
     }
-    for (int r = 0; r < ROWS; r++)
-        for (int h = 0; h < HALVES; h++)
-            store_sums(c + r * ldc + 16 * h, s[r][h], width - 16 * h, last ? act : 0);
+    store_tile(ROWS, HALVES, s, c, ldc, width, last ? act : 0);
 }
 
 #define TILE(R) \
@@ -147,17 +162,24 @@ void sr_gemm_block(const float *a, float *c, const int64_t *p) {
 }
 
 /* ---- Convolution as an implicit GEMM --------------------------------------------------
-   A convolution (one group) of a channels-last input is a product whose rows are the output
-   pixels and whose K runs over (tap, input channel): the indirect convolution algorithm
-   (Dukhan, "The Indirect Convolution Algorithm", 2019) gives each row, for each tap, a pointer
-   to the input pixel the tap reads — or to zeros where it falls in the padding — so no
-   im2col buffer is written. The weight is packed as for sr_gemm from its (KH·KW·Cin, Cout)
-   matrix, element (tap · Cin + ci, co) = w[co, ci, i, j]. */
+   A convolution (one group) is a product whose rows are the output pixels and whose K runs
+   over (kernel row i, kernel column j, input channel ci), the weight packed as for sr_gemm
+   from its (KH·KW·Cin, Cout) matrix, element ((i · KW + j) · Cin + ci, co) = w[co, ci, i, j]
+   (for a channels-first input ((i · Cin + ci) · KW + j, co)).
+   No im2col matrix is written (the indirect convolution of Dukhan, "The Indirect Convolution
+   Algorithm", 2019, its pointers computed rather than stored: a table of one pointer per
+   pixel and tap cost more than the products on a network's first convolution). The input is
+   read from a zero-padded copy in its own layout (the input itself where it is unpadded), so
+   every tap of every pixel is inside it: a pixel's taps of kernel row i start at its corner's
+   address plus a fixed offset, and with a dilation of 1 they are KW · Cin consecutive floats
+   of a channels-last input, one run of the K loop. A channels-first input is read as it is
+   (KW floats of one channel a run, the weight packed in that order), so a network's first
+   convolution (3 channels, straight from an image) needs no conversion. */
 
 static inline __attribute__((always_inline)) void
-conv_tile(int ROWS, int HALVES, const float *const *rows, int64_t taps, int64_t cin,
-          const float *panel, const float *bias, float *c, int64_t ldc, int64_t width,
-          int act) {
+conv_tile(int ROWS, int HALVES, const float *const *corner, const int64_t *offsets,
+          int64_t runs, int64_t run, const float *panel, const float *bias, float *c,
+          int64_t ldc, int64_t width, int act) {
     v16 s[MR][2];
     for (int r = 0; r < ROWS; r++)
         for (int h = 0; h < HALVES; h++) {
@@ -165,11 +187,11 @@ conv_tile(int ROWS, int HALVES, const float *const *rows, int64_t taps, int64_t 
             else s[r][h] = (v16){0};
         }
     const float *bp = panel;
-    for (int64_t t = 0; t < taps; t++) {
+    for (int64_t t = 0; t < runs; t++) {
         const float *a[MR];
         for (int r = 0; r < ROWS; r++)
-            a[r] = rows[r * taps + t];
-        for (int64_t i = 0; i < cin; i++, bp += NR) {
+            a[r] = corner[r] + offsets[t];
+        for (int64_t i = 0; i < run; i++, bp += NR) {
             v16 b[2];
             for (int h = 0; h < HALVES; h++)
                 memcpy(&b[h], bp + 16 * h, 64);
@@ -180,76 +202,121 @@ conv_tile(int ROWS, int HALVES, const float *const *rows, int64_t taps, int64_t 
             }
         }
     }
-    for (int r = 0; r < ROWS; r++)
-        for (int h = 0; h < HALVES; h++)
-            store_sums(c + r * ldc + 16 * h, s[r][h], width - 16 * h, act);
+    store_tile(ROWS, HALVES, s, c, ldc, width, act);
 }
 
 #define CONV_TILE(R) \
-static void conv_tile##R(const float *const *rows, int64_t taps, int64_t cin, \
-                         const float *panel, const float *bias, float *c, int64_t ldc, \
-                         int64_t width, int act) { \
-    if (width > 16) conv_tile(R, 2, rows, taps, cin, panel, bias, c, ldc, width, act); \
-    else conv_tile(R, 1, rows, taps, cin, panel, bias, c, ldc, width, act); }
+static void conv_tile##R(const float *const *corner, const int64_t *offsets, int64_t runs, \
+                         int64_t run, const float *panel, const float *bias, float *c, \
+                         int64_t ldc, int64_t width, int act) { \
+    if (width > 16) conv_tile(R, 2, corner, offsets, runs, run, panel, bias, c, ldc, width, \
+                              act); \
+    else conv_tile(R, 1, corner, offsets, runs, run, panel, bias, c, ldc, width, act); }
 CONV_TILE(1) CONV_TILE(2) CONV_TILE(3) CONV_TILE(4)
 #if MR == 8
 CONV_TILE(5) CONV_TILE(6) CONV_TILE(7) CONV_TILE(8)
 #endif
 
-typedef void (*conv_tile_fn)(const float *const *, int64_t, int64_t, const float *,
-                             const float *, float *, int64_t, int64_t, int);
+typedef void (*conv_tile_fn)(const float *const *, const int64_t *, int64_t, int64_t,
+                             const float *, const float *, float *, int64_t, int64_t, int);
 static const conv_tile_fn CONV_TILES[MR + 1] = {0, conv_tile1, conv_tile2, conv_tile3, conv_tile4,
 #if MR == 8
                                                 conv_tile5, conv_tile6, conv_tile7, conv_tile8
 #endif
 };
 
-/* in (N, H, W, Cin) → out (N, OH, OW, Cout); bias NULL or padded as for sr_gemm. Returns 0,
-   or -1 when the row pointers could not be allocated (nothing written). */
-int sr_conv2d_nhwc(const float *in, const float *packed, const float *bias, float *out,
-                   int64_t n, int64_t h, int64_t w, int64_t cin, int64_t kh, int64_t kw,
-                   int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
-                   int64_t oh, int64_t ow, int64_t cout, int act) {
-    const int64_t taps = kh * kw, m = n * oh * ow;
-    const float **rows = malloc((size_t)(m * taps) * sizeof(*rows));
-    float *zeros = calloc((size_t)(cin > 0 ? cin : 1), sizeof(float));
-    if (!rows || !zeros) {
-        free(rows);
-        free(zeros);
+/* A zero-padded copy of in (N, C, H, W) with the layout it had: channels-last (channels_first
+   0: (N, H + 2·PH, W + 2·PW, C)) or contiguous (1: (N, C, H + 2·PH, W + 2·PW)); NULL if out of
+   memory. Either way rows of the input are copied whole. */
+static float *padded_copy(const float *in, int64_t n, int64_t h, int64_t w, int64_t cin,
+                          int64_t ph, int64_t pw, int channels_first) {
+    const int64_t hp = h + 2 * ph, wp = w + 2 * pw;
+    /* planes of hp rows of wp pixels, each pixel `depth` floats */
+    const int64_t planes = channels_first ? n * cin : n, depth = channels_first ? 1 : cin;
+    float *out = malloc((size_t)(n * cin * hp * wp) * sizeof(float));
+    if (!out) return 0;
+    for (int64_t q = 0; q < planes; q++) {
+        float *plane = out + q * hp * wp * depth;
+        const float *from = in + q * h * w * depth;
+        memset(plane, 0, (size_t)(ph * wp * depth) * sizeof(float));
+        memset(plane + (ph + h) * wp * depth, 0, (size_t)(ph * wp * depth) * sizeof(float));
+        for (int64_t y = 0; y < h; y++) {
+            float *row = plane + (y + ph) * wp * depth;
+            memset(row, 0, (size_t)(pw * depth) * sizeof(float));
+            memcpy(row + pw * depth, from + y * w * depth, (size_t)(w * depth) * sizeof(float));
+            memset(row + (pw + w) * depth, 0, (size_t)(pw * depth) * sizeof(float));
+        }
+    }
+    return out;
+}
+
+/* in (N, Cin, H, W), channels-last (channels_first 0) or contiguous (1) → out (N, OH, OW,
+   Cout) channels-last; bias NULL or padded as for sr_gemm. The packed weight's K order is
+   (i, j, ci) for a channels-last input, (i, ci, j) for a contiguous one: the order the input
+   holds a pixel's taps in. Returns 0, or -1 when the padded copy could not be allocated
+   (nothing written). */
+int sr_conv2d(const float *in, const float *packed, const float *bias, float *out,
+              int64_t n, int64_t h, int64_t w, int64_t cin, int64_t kh, int64_t kw,
+              int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+              int64_t oh, int64_t ow, int64_t cout, int act, int channels_first) {
+    float *copy = 0;
+    const float *src = in;
+    if (ph || pw) {
+        copy = padded_copy(in, n, h, w, cin, ph, pw, channels_first);
+        if (!copy) return -1;
+        src = copy;
+    }
+    const int64_t hp = h + 2 * ph, wp = w + 2 * pw;
+    /* The runs of K, as offsets from a pixel's corner (its tap (0, 0)). Channels-last: a
+       kernel row's KW · Cin consecutive floats (dilation 1), else each tap's Cin.
+       Channels-first: a kernel row's KW floats of one channel (dilation 1), else one. */
+    const int merged = dw == 1;
+    const int64_t runs = channels_first ? kh * cin * (merged ? 1 : kw) : kh * (merged ? 1 : kw);
+    const int64_t run = channels_first ? (merged ? kw : 1) : (merged ? kw * cin : cin);
+    const int64_t pixel = channels_first ? 1 : cin, plane = channels_first ? hp * wp : 0;
+    int64_t stack_offsets[256];
+    int64_t *offsets = runs <= 256 ? stack_offsets : malloc((size_t)runs * sizeof(int64_t));
+    if (!offsets) {
+        free(copy);
         return -1;
     }
-    for (int64_t b = 0, p = 0; b < n; b++)
-        for (int64_t y = 0; y < oh; y++)
-            for (int64_t x = 0; x < ow; x++, p++)
-                for (int64_t i = 0; i < kh; i++)
-                    for (int64_t j = 0; j < kw; j++) {
-                        int64_t iy = y * sh - ph + i * dh, ix = x * sw - pw + j * dw;
-                        rows[p * taps + i * kw + j] =
-                            iy < 0 || iy >= h || ix < 0 || ix >= w
-                                ? zeros : in + ((b * h + iy) * w + ix) * cin;
-                    }
-    const int64_t k = taps * cin;
+    int64_t t = 0;
+    for (int64_t i = 0; i < kh; i++)
+        for (int64_t c = 0; c < (channels_first ? cin : 1); c++)
+            for (int64_t j = 0; j < (merged ? 1 : kw); j++)
+                offsets[t++] = c * plane + (i * dh * wp + j * dw) * pixel;
+    const int64_t m = n * oh * ow, k = kh * kw * cin, image = hp * wp * cin;
     for (int64_t p = 0; p * NR < cout; p++) {
         const float *panel = packed + p * NR * k;
         const float *bp = bias ? bias + p * NR : 0;
         int64_t width = cout - p * NR < NR ? cout - p * NR : NR;
-        int64_t r = 0;
-        for (; r + MR <= m; r += MR)
-            CONV_TILES[MR](rows + r * taps, taps, cin, panel, bp, out + r * cout + p * NR, cout,
-                           width, act);
-        if (r < m)
-            CONV_TILES[m - r](rows + r * taps, taps, cin, panel, bp, out + r * cout + p * NR,
-                              cout, width, act);
+        int64_t b = 0, y = 0, x = 0;  /* the next tile's first pixel */
+        for (int64_t r = 0; r < m; r += MR) {
+            int rows = m - r < MR ? (int)(m - r) : MR;
+            const float *corner[MR];
+            for (int q = 0; q < rows; q++) {
+                corner[q] = src + b * image + (y * sh * wp + x * sw) * pixel;
+                if (++x == ow) {
+                    x = 0;
+                    if (++y == oh) {
+                        y = 0;
+                        b++;
+                    }
+                }
+            }
+            CONV_TILES[rows](corner, offsets, runs, run, panel, bp, out + r * cout + p * NR,
+                             cout, width, act);
+        }
     }
-    free(rows);
-    free(zeros);
+    if (offsets != stack_offsets) free(offsets);
+    free(copy);
     return 0;
 }
 
-/* sr_conv2d_nhwc with its constants and sizes in one block (packed, bias, n, h, w, cin, kh,
-   kw, sh, sw, ph, pw, dh, dw, oh, ow, cout, act). */
+/* sr_conv2d with its constants and sizes in one block (packed, bias, n, h, w, cin, kh, kw,
+   sh, sw, ph, pw, dh, dw, oh, ow, cout, act, channels_first). */
 int sr_conv2d_block(const float *in, float *out, const int64_t *p) {
-    return sr_conv2d_nhwc(in, (const float *)(intptr_t)p[0], (const float *)(intptr_t)p[1], out,
-                          p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12],
-                          p[13], p[14], p[15], p[16], (int)p[17]);
+    return sr_conv2d(in, (const float *)(intptr_t)p[0], (const float *)(intptr_t)p[1], out,
+                     p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13],
+                     p[14], p[15], p[16], (int)p[17], (int)p[18]);
 }
