@@ -1,39 +1,43 @@
 /* Depthwise 2-D convolution of a channels-last float32 tensor: one filter per channel, each
    output pixel a sum over the kernel's taps of input pixel × weight, vectorised across
    channels (the innermost dimension of channels-last memory, and of the (KH, KW, C) weight).
-   Interior pixels are computed four at a time (four independent sums hide the multiply-add
-   latency); pixels whose taps cross the border one at a time, four channel vectors at once. */
+   Interior pixels are computed eight (or four) at a time, independent sums that hide the
+   multiply-add latency; pixels whose taps cross the border one at a time, up to four channel
+   vectors at once. */
 #include <stdint.h>
 #include <string.h>
 
 #include "act.h"
 
-/* Interior pixels x .. x + 3 (every tap inside the input) of one output row, channels
-   [c0, c0 + L): four independent sums. */
-#define QUAD(V, NAME, ACTF) \
+/* Interior pixels x .. x + P - 1 (every tap inside the input) of one output row, channels
+   [c0, c0 + L): P independent sums, enough of them to cover a multiply-add's latency (eight
+   for 16-float vectors: with four, each sum's chain of dependent multiply-adds left half the
+   units idle on a 7 × 7 kernel). */
+#define RUN(V, P, NAME, ACTF) \
 static inline void NAME(const float *in, const float *w, const float *bias, float *o, \
                         int64_t c0, int64_t wd, int64_t c, int64_t kw, int64_t sw, int64_t pw, \
                         int64_t dw, int64_t i0, int64_t i1, int64_t iy0, int64_t dh, int64_t x, \
                         int act) { \
     V b; if (bias) memcpy(&b, bias + c0, sizeof(V)); else memset(&b, 0, sizeof(V)); \
-    V a0 = b, a1 = b, a2 = b, a3 = b; \
+    V a[P]; \
+    for (int q = 0; q < P; q++) a[q] = b; \
     for (int64_t i = i0; i < i1; i++) { \
         const float *p = in + ((iy0 + i * dh) * wd + x * sw - pw) * c + c0; \
         const float *wr = w + i * kw * c + c0; \
         for (int64_t j = 0; j < kw; j++, p += dw * c) { \
-            V wv, p0, p1, p2, p3; memcpy(&wv, wr + j * c, sizeof(V)); \
-            memcpy(&p0, p, sizeof(V)); memcpy(&p1, p + sw * c, sizeof(V)); \
-            memcpy(&p2, p + 2 * sw * c, sizeof(V)); memcpy(&p3, p + 3 * sw * c, sizeof(V)); \
-            a0 += p0 * wv; a1 += p1 * wv; a2 += p2 * wv; a3 += p3 * wv; \
+            V wv; memcpy(&wv, wr + j * c, sizeof(V)); \
+            for (int q = 0; q < P; q++) { \
+                V pv; memcpy(&pv, p + q * sw * c, sizeof(V)); \
+                a[q] += pv * wv; } \
         } \
     } \
-    V acts[4] = {a0, a1, a2, a3}; \
-    ACTF##_many(acts, 4, act); \
-    for (int k = 0; k < 4; k++) memcpy(o + (x + k) * c + c0, &acts[k], sizeof(V)); \
+    ACTF##_many(a, P, act); \
+    for (int q = 0; q < P; q++) memcpy(o + (x + q) * c + c0, &a[q], sizeof(V)); \
 }
-QUAD(v16, quad16, sr_act16)
-QUAD(v8, quad8, sr_act8)
-QUAD(float, quad1, sr_act1)
+RUN(v16, 8, oct16, sr_act16)
+RUN(v16, 4, quad16, sr_act16)
+RUN(v8, 4, quad8, sr_act8)
+RUN(float, 4, quad1, sr_act1)
 
 /* One pixel x of one output row, channels [c0, c0 + K * L) with K sums of L channels,
    taps outside the input skipped. */
@@ -64,6 +68,8 @@ static inline void NAME(const float *in, const float *w, const float *bias, floa
         memcpy(o + x * c + c0 + k * (int64_t)(sizeof(V) / 4), &a[k], sizeof(V)); \
 }
 PIXEL(v16, 4, pixel64, sr_act16)
+PIXEL(v16, 3, pixel48, sr_act16)
+PIXEL(v16, 2, pixel32, sr_act16)
 PIXEL(v16, 1, pixel16, sr_act16)
 PIXEL(v8, 1, pixel8, sr_act8)
 PIXEL(float, 1, pixel1, sr_act1)
@@ -91,7 +97,11 @@ void sr_depthwise_conv2d_nhwc(const float *in, const float *w, const float *bias
             float *o = outb + y * ow * c;
             int64_t x = 0;
             while (x < ow) {
-                if (x >= x0 && x + 4 <= x1) {
+                if (x >= x0 && x + 8 <= x1 && c % 16 == 0) {
+                    for (int64_t c0 = 0; c0 < c; c0 += 16)
+                        oct16(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                    x += 8;
+                } else if (x >= x0 && x + 4 <= x1) {
                     int64_t c0 = 0;
                     for (; c0 + 16 <= c; c0 += 16)
                         quad16(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
@@ -104,6 +114,13 @@ void sr_depthwise_conv2d_nhwc(const float *in, const float *w, const float *bias
                     int64_t c0 = 0;
                     for (; c0 + 64 <= c; c0 += 64)
                         pixel64(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                    if (c0 + 48 <= c) {
+                        pixel48(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                        c0 += 48;
+                    } else if (c0 + 32 <= c) {
+                        pixel32(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
+                        c0 += 32;
+                    }
                     for (; c0 + 16 <= c; c0 += 16)
                         pixel16(inb, w, bias, o, c0, wd, c, kw, sw, pw, dw, i0, i1, iy0, dh, x, act);
                     for (; c0 + 8 <= c; c0 += 8)
