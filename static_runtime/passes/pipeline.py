@@ -12,7 +12,8 @@ GraphPass = Callable[[Graph], bool]
 
 #: Pass names (each is also a ``StaticModuleOptions`` field), in the order they run.
 PASS_ORDER = (
-    "inline", "remove_noops", "constant_propagation", "functionalize", "specialize_alpha",
+    "inline", "remove_noops", "constant_propagation", "unroll_loops", "functionalize",
+    "specialize_alpha",
     "batch_embeddings", "variadic_cat_stack", "merge_tuple_unpacks", "fuse_transformer_encoder",
     "scalarize_loop_counters", "fuse_scalar_compare", "fold_batchnorm", "pack_linears",
     "fuse_attention",

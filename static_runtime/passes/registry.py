@@ -32,6 +32,7 @@ from static_runtime.passes.recurrent import compile_recurrent
 from static_runtime.passes.regions import fuse_regions
 from static_runtime.passes.transformer import fuse_transformer_encoder
 from static_runtime.passes.tuples import merge_tuple_unpacks
+from static_runtime.passes.unroll import unroll_loops
 from static_runtime.passes.variadic import variadic_cat_stack
 
 
@@ -42,6 +43,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "inline": inline,
         "remove_noops": remove_noops,
         "constant_propagation": functools.partial(constant_propagation, evaluate=evaluate),
+        "unroll_loops": functools.partial(unroll_loops, evaluate=evaluate),
         "functionalize": functionalize,
         "specialize_alpha": specialize_alpha,
         "batch_embeddings": batch_embeddings,

@@ -96,6 +96,9 @@ class StaticModuleOptions:
     #: runs of small operators → ``static_runtime::fused_region`` (only with a
     #: ``fusion_compiler``; ``passes/regions.py``)
     fuse_regions: bool = True
+    #: a loop of at most 16 trips fixed by a constant → its trips' copies, each with its
+    #: counter a constant (selections of stacked constant weights fold; ``passes/unroll.py``)
+    unroll_loops: bool = True
     #: a loop counter carried in a 0-dim int64 tensor (torch.export's while_loop) → an int
     scalarize_loop_counters: bool = True
     #: ``bool(x < c)`` for a constant number ``c`` (any of < <= > >= == !=) → one node that
