@@ -6,8 +6,8 @@
 
    exp is computed as 2^n · e^r with n = round(x / ln 2) and |r| <= ln 2 / 2, e^r by its
    Taylor polynomial of degree 7 (truncation < 2e-9 there): within a few units in the last
-   place of float32. sigmoid's 1 / (1 + e^-x) takes a reciprocal estimate refined by a Newton
-   step where AVX-512 has one (a division otherwise). erfc is the Chebyshev fit of Numerical Recipes (§6.2, "erfcc"),
+   place of float32. Reciprocals (sigmoid's 1 / (1 + e^-x), tanh's, erfc's) take an estimate
+   refined by a Newton step where AVX-512 has one (a division otherwise). erfc is the Chebyshev fit of Numerical Recipes (§6.2, "erfcc"),
    fractional error below 1.2e-7 everywhere. */
 #ifndef SR_ACT_H
 #define SR_ACT_H
@@ -56,14 +56,14 @@ static inline __attribute__((always_inline)) V NAME##_tanh(V x) { /* odd: a seri
     V x2 = x * x; \
     V series = x + x * x2 * (-1.0f / 3 + x2 * (2.0f / 15 + x2 * (-17.0f / 315 \
                                                               + x2 * (62.0f / 2835)))); \
-    V far = 1.0f - 2.0f / (NAME##_exp(2.0f * ax) + 1.0f); \
+    V far = 1.0f - 2.0f * NAME##_recip(NAME##_exp(2.0f * ax) + 1.0f); \
     far = NAME##_sel(x < zero, -far, far); \
     return NAME##_sel(ax < zero + 0.3f, series, far); } \
 static inline __attribute__((always_inline)) V NAME##_gelu(V x) { \
     const V zero = {0}; \
     V z = x * -0.70710678118654752f; /* Φ(x) = erfc(-x / √2) / 2 */ \
     V az = NAME##_sel(z < zero, -z, z); \
-    V t = 1.0f / (1.0f + 0.5f * az); \
+    V t = NAME##_recip(1.0f + 0.5f * az); \
     V q = -0.82215223f + t * 0.17087277f; \
     q = 1.48851587f + t * q; q = -1.13520398f + t * q; q = 0.27886807f + t * q; \
     q = -0.18628806f + t * q; q = 0.09678418f + t * q; q = 0.37409196f + t * q; \

@@ -13,13 +13,19 @@
 void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias, float *c,
              int64_t ldc, int64_t m, int64_t k, int64_t n, int act);
 
+/* (a whole vector by one load or store: a copy of a size known only at run time is a call to
+   memcpy, or a microcoded string copy — the most of an LSTM step's gate arithmetic) */
 static inline v16 load(const float *p, int64_t n) {
     v16 v = {0};
-    memcpy(&v, p, (size_t)n * sizeof(float));
+    if (n == 16) memcpy(&v, p, 64);
+    else memcpy(&v, p, (size_t)n * sizeof(float));
     return v;
 }
 
-static inline void store(float *p, v16 v, int64_t n) { memcpy(p, &v, (size_t)n * sizeof(float)); }
+static inline void store(float *p, v16 v, int64_t n) {
+    if (n == 16) memcpy(p, &v, 64);
+    else memcpy(p, &v, (size_t)n * sizeof(float));
+}
 
 /* The gate arithmetic of one batch row: x the row's input projection (b_ih added), r its
    recurrent product (b_hh added), hp / cp the previous states; writes the new h to hn (and to
