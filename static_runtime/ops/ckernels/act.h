@@ -12,6 +12,7 @@
 #ifndef SR_ACT_H
 #define SR_ACT_H
 #include <stdint.h>
+#include <string.h>
 
 typedef float v16 __attribute__((vector_size(64), aligned(4)));
 typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));
@@ -30,6 +31,37 @@ static inline __attribute__((always_inline)) v16 sr_act16_recip(v16 d) {
 static inline __attribute__((always_inline)) v16 sr_act16_recip(v16 d) { return 1.0f / d; }
 #endif
 static inline __attribute__((always_inline)) v8 sr_act8_recip(v8 d) { return 1.0f / d; }
+
+/* The first n (1..16) floats at p as a vector (the rest zero), and the first n lanes of v
+   stored at p. A whole vector is one load or store; a part of one a masked load or store
+   where AVX-512 has them — a copy of a size known only at run time is a call to memcpy or a
+   microcoded string copy, which cost an LSTM step's gates, and a product with 8 columns past
+   a multiple of 16 its every row, more than the arithmetic. */
+static inline __attribute__((always_inline)) v16 sr_load16(const float *p, int64_t n) {
+    v16 v = {0};
+    if (n >= 16) {
+        memcpy(&v, p, 64);
+        return v;
+    }
+#if defined(__AVX512F__)
+    return (v16)_mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1), p);
+#else
+    memcpy(&v, p, (size_t)n * sizeof(float));
+    return v;
+#endif
+}
+
+static inline __attribute__((always_inline)) void sr_store16(float *p, v16 v, int64_t n) {
+    if (n >= 16) {
+        memcpy(p, &v, 64);
+        return;
+    }
+#if defined(__AVX512F__)
+    _mm512_mask_storeu_ps(p, (__mmask16)((1u << n) - 1), (__m512)v);
+#else
+    memcpy(p, &v, (size_t)n * sizeof(float));
+#endif
+}
 
 #define SR_ACT(V, VI, NAME) \
 static inline __attribute__((always_inline)) V NAME##_sel(VI m, V a, V b) { return (V)(((VI)a & m) | ((VI)b & ~m)); } \

@@ -14,20 +14,6 @@
 
 #include "act.h"
 
-/* (a whole vector by a fixed-size copy, which compiles to one load: a copy of a variable
-   size is a call to memcpy) */
-static inline v16 load_n(const float *p, int64_t n) {
-    v16 v = {0};
-    if (n == 16) memcpy(&v, p, 64);
-    else memcpy(&v, p, (size_t)n * sizeof(float));
-    return v;
-}
-
-static inline void store_n(float *p, v16 v, int64_t n) {
-    if (n == 16) memcpy(p, &v, 64);
-    else memcpy(p, &v, (size_t)n * sizeof(float));
-}
-
 #define MAX_D 256
 #define ROWS 4  /* query rows a tile: independent sums, each broadcast key vector used 4 times */
 
@@ -100,12 +86,12 @@ int sr_attention(const float *q, const float *k, const float *v, const float *fm
                             const int64_t n = Lk - j < 0 ? 0 : Lk - j < 16 ? Lk - j : 16;
                             if (fmask && n > 0) {
                                 if (mj == 1) {
-                                    acc += load_n(fmask + mrow[r] + j, n);
+                                    acc += sr_load16(fmask + mrow[r] + j, n);
                                 } else {
                                     float tmp[16] = {0};
                                     for (int64_t c = 0; c < n; c++)
                                         tmp[c] = fmask[mrow[r] + (j + c) * mj];
-                                    acc += load_n(tmp, 16);
+                                    acc += sr_load16(tmp, 16);
                                 }
                             } else if (bmask && n > 0) {
                                 int32_t keep[16] = {0};
@@ -151,11 +137,11 @@ int sr_attention(const float *q, const float *k, const float *v, const float *fm
                     v16 acc[ROWS];
                     for (int r = 0; r < ROWS; r++) acc[r] = zero;
                     for (int64_t j = 0; j < upto; j++) {
-                        const v16 vv = load_n(vbh + j * vl + 16 * t, n);
+                        const v16 vv = sr_load16(vbh + j * vl + 16 * t, n);
                         for (int r = 0; r < ROWS; r++) acc[r] += s[r * lkp + j] * vv;
                     }
                     for (int r = 0; r < nr; r++)
-                        store_n(out + b * ob + h * oh + (i0 + r) * ol + 16 * t, acc[r] * inv[r], n);
+                        sr_store16(out + b * ob + h * oh + (i0 + r) * ol + 16 * t, acc[r] * inv[r], n);
                 }
             }
         }

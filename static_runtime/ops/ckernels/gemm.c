@@ -21,17 +21,6 @@
 #define MR 4
 #endif
 
-/* Writes the first min(cols, 16) of 16 sums to c. */
-static inline __attribute__((always_inline)) void store_sums(float *c, v16 sums, int64_t cols) {
-    if (cols >= 16) {
-        memcpy(c, &sums, 64);
-    } else {
-        float tmp[16];
-        memcpy(tmp, &sums, 64);
-        memcpy(c, tmp, (size_t)cols * sizeof(float));
-    }
-}
-
 /* Writes a tile's ROWS × HALVES vectors of sums, activated by act (all at once: see
    sr_act16_many), to rows of c (row stride ldc), width columns. */
 static inline __attribute__((always_inline)) void
@@ -48,7 +37,7 @@ store_tile(int ROWS, int HALVES, v16 s[][2], float *c, int64_t ldc, int64_t widt
     }
     for (int r = 0; r < ROWS; r++)
         for (int h = 0; h < HALVES; h++)
-            store_sums(c + r * ldc + 16 * h, s[r][h], width - 16 * h);
+            sr_store16(c + r * ldc + 16 * h, s[r][h], width - 16 * h);
 }
 
 /* Packs B (K × N, element (k, n) at b[k * ldb + n]) into ceil(N / NR) panels of K × NR,
@@ -76,13 +65,8 @@ tile(int ROWS, int HALVES, const float *a, int64_t lda, const float *panel, cons
     v16 s[MR][2];
     for (int r = 0; r < ROWS; r++) {
         for (int h = 0; h < HALVES; h++) {
-            int64_t cols = width - 16 * h < 16 ? width - 16 * h : 16;
-            if (!first && cols == 16) {
-                memcpy(&s[r][h], c + r * ldc + 16 * h, 64);
-            } else if (!first) {
-                float tmp[16] = {0};
-                memcpy(tmp, c + r * ldc + 16 * h, cols * sizeof(float));
-                memcpy(&s[r][h], tmp, 64);
+            if (!first) {
+                s[r][h] = sr_load16(c + r * ldc + 16 * h, width - 16 * h);
             } else if (bias) {
                 memcpy(&s[r][h], bias + 16 * h, 64);
             } else {

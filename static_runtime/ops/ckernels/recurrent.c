@@ -13,20 +13,6 @@
 void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias, float *c,
              int64_t ldc, int64_t m, int64_t k, int64_t n, int act);
 
-/* (a whole vector by one load or store: a copy of a size known only at run time is a call to
-   memcpy, or a microcoded string copy — the most of an LSTM step's gate arithmetic) */
-static inline v16 load(const float *p, int64_t n) {
-    v16 v = {0};
-    if (n == 16) memcpy(&v, p, 64);
-    else memcpy(&v, p, (size_t)n * sizeof(float));
-    return v;
-}
-
-static inline void store(float *p, v16 v, int64_t n) {
-    if (n == 16) memcpy(p, &v, 64);
-    else memcpy(p, &v, (size_t)n * sizeof(float));
-}
-
 /* The gate arithmetic of one batch row: x the row's input projection (b_ih added), r its
    recurrent product (b_hh added), hp / cp the previous states; writes the new h to hn (and to
    out unless NULL) and, for an LSTM, the new c to cn. hn may be hp and cn cp: each element is
@@ -37,23 +23,23 @@ static inline void gates_row(const float *x, const float *r, const float *hp, co
         const int64_t n = hidden - j < 16 ? hidden - j : 16;
         v16 h;
         if (lstm) {
-            v16 i = sr_act16_sigmoid(load(x + j, n) + load(r + j, n));
-            v16 f = sr_act16_sigmoid(load(x + hidden + j, n) + load(r + hidden + j, n));
-            v16 gg = sr_act16_tanh(load(x + 2 * hidden + j, n) + load(r + 2 * hidden + j, n));
-            v16 og = sr_act16_sigmoid(load(x + 3 * hidden + j, n)
-                                      + load(r + 3 * hidden + j, n));
-            v16 c = f * load(cp + j, n) + i * gg;
-            store(cn + j, c, n);
+            v16 i = sr_act16_sigmoid(sr_load16(x + j, n) + sr_load16(r + j, n));
+            v16 f = sr_act16_sigmoid(sr_load16(x + hidden + j, n) + sr_load16(r + hidden + j, n));
+            v16 gg = sr_act16_tanh(sr_load16(x + 2 * hidden + j, n) + sr_load16(r + 2 * hidden + j, n));
+            v16 og = sr_act16_sigmoid(sr_load16(x + 3 * hidden + j, n)
+                                      + sr_load16(r + 3 * hidden + j, n));
+            v16 c = f * sr_load16(cp + j, n) + i * gg;
+            sr_store16(cn + j, c, n);
             h = og * sr_act16_tanh(c);
         } else {
-            v16 rg = sr_act16_sigmoid(load(x + j, n) + load(r + j, n));
-            v16 z = sr_act16_sigmoid(load(x + hidden + j, n) + load(r + hidden + j, n));
-            v16 nn = sr_act16_tanh(load(x + 2 * hidden + j, n)
-                                   + rg * load(r + 2 * hidden + j, n));
-            h = nn + z * (load(hp + j, n) - nn);
+            v16 rg = sr_act16_sigmoid(sr_load16(x + j, n) + sr_load16(r + j, n));
+            v16 z = sr_act16_sigmoid(sr_load16(x + hidden + j, n) + sr_load16(r + hidden + j, n));
+            v16 nn = sr_act16_tanh(sr_load16(x + 2 * hidden + j, n)
+                                   + rg * sr_load16(r + 2 * hidden + j, n));
+            h = nn + z * (sr_load16(hp + j, n) - nn);
         }
-        store(hn + j, h, n);
-        if (out) store(out + j, h, n);
+        sr_store16(hn + j, h, n);
+        if (out) sr_store16(out + j, h, n);
     }
 }
 
