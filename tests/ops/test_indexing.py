@@ -129,6 +129,14 @@ CASES = [
          [randn(7), torch.tensor([[1, 6], [3, 3]])]),
     case("index_tensor_negative", index_tensor, [randn(5, 3), torch.tensor([-1, -5])],
          [randn(2, 2), torch.tensor([-2, 1, 0])]),
+    # x[idx] by a computed index runs index_select where that is the same (ops/selection.py):
+    # int32 indices, a strided x, an index of rank 2, and a negative index among others
+    case("index_tensor_int32_and_strided", index_tensor,
+         [randn(6, 4), torch.tensor([5, 0, 2], dtype=torch.int32)],
+         [randn(3, 6).t(), torch.tensor([1, 5], dtype=torch.int32)]),
+    case("index_tensor_rows_then_negative", index_tensor,
+         [randn(6, 2, 3), torch.tensor([0, 3, 3, 5])],
+         [randn(6, 2, 3), torch.tensor([2, -1, 0])]),
     case("index_tensor_dim1", index_tensor_dim1, [randn(3, 5), torch.tensor([4, 1])],
          [randn(2, 3, 2), torch.tensor([2, 2, 0])]),
     case("index_two_tensors", index_two_tensors,
