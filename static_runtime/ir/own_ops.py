@@ -79,6 +79,11 @@ EMBEDDING_BAG_ROWS = ("static_runtime::embedding_bag_rows(Tensor indices, Tensor
 #: .clamp_min(eps).expand_as(input)`` (``passes/norms.py``).
 L2_NORMALIZE = "static_runtime::l2_normalize(Tensor input, int dim, float eps) -> Tensor"
 
+#: A SwiGLU MLP's gate and up projections and their gated product (``passes/gated.py``):
+#: ``silu(linear(input, gate_weight, gate_bias)) * linear(input, up_weight, up_bias)``.
+GATED_LINEAR = ("static_runtime::gated_linear(Tensor input, Tensor gate_weight, "
+                "Tensor? gate_bias, Tensor up_weight, Tensor? up_bias) -> Tensor")
+
 #: ``bool(op(self, other))`` for ``op`` one of ``lt le gt ge eq ne`` and a constant number
 #: ``other``: a data-dependent condition (``if x.mean() > 0``, ``while delta > tol``) as one
 #: node, with no tensor made for the comparison (``passes/conditions.py``).
@@ -88,7 +93,7 @@ COMPARE_SCALAR = "static_runtime::compare_scalar(Tensor self, Scalar other, str 
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
            LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM, EMBEDDINGS, EMBEDDING_BAGS,
            EMBEDDING_BAG_ROWS, COMPARE_SCALAR,
-           L2_NORMALIZE)
+           L2_NORMALIZE, GATED_LINEAR)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

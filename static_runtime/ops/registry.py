@@ -183,6 +183,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         conv1d,
         embeddings,
         fallback,
+        gated,
         gemm,
         norms,
         out_variants,

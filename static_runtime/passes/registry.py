@@ -21,6 +21,7 @@ from static_runtime.passes.fusion import (
     fuse_linear_activation,
     fuse_linear_pointwise,
 )
+from static_runtime.passes.gated import fuse_gated_linear
 from static_runtime.passes.gelu import fuse_gelu
 from static_runtime.passes.inline import inline
 from static_runtime.passes.inplace import inplace_activations
@@ -53,6 +54,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "scalarize_loop_counters": scalarize_loop_counters,
         "fuse_scalar_compare": fuse_scalar_compare,
         "fold_batchnorm": fold_batchnorm,
+        "fuse_gated_linear": fuse_gated_linear,
         "pack_linears": pack_linears,
         "fuse_attention": fuse_attention,
         "fuse_rms_norm": fuse_rms_norm,

@@ -68,6 +68,10 @@ class StaticModuleOptions:
     #: ``static_runtime::l2_normalize`` node; only with ``kernel_choice="measure"``, which
     #: times our kernel for it (``passes/norms.py``)
     fuse_l2_normalize: bool = True
+    #: a SwiGLU MLP's ``silu(linear(x, W_gate)) * linear(x, W_up)`` → one node whose kernel is
+    #: measured (our product with the gated epilogue; ``passes/gated.py``), with
+    #: ``kernel_choice="measure"``
+    fuse_gated_linear: bool = True
     #: GELU's tanh approximation written out (GPT-2's gelu_new: eight operators) →
     #: ``aten::gelu(x, approximate="tanh")`` (``passes/gelu.py``)
     fuse_gelu: bool = True
@@ -213,5 +217,6 @@ class StaticModuleOptions:
         enabled["channels_last"] &= self.fuse_convolution
         enabled["fuse_rms_norm"] &= self.kernel_choice == "measure"
         enabled["fuse_l2_normalize"] &= self.kernel_choice == "measure"
+        enabled["fuse_gated_linear"] &= self.kernel_choice == "measure"
         enabled["fuse_linear_activation"] &= self.kernel_choice == "measure"
         return enabled

@@ -180,8 +180,10 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.restype = None
         fn.argtypes = [_PTR, _PTR, _PTR]
-    lib.sr_conv2d_block.restype = ctypes.c_int
-    lib.sr_conv2d_block.argtypes = [_PTR, _PTR, _PTR]
+    for name in ("sr_conv2d_block", "sr_gemm_gated_block"):
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = [_PTR, _PTR, _PTR]
     lib.sr_rms_norm.restype = None
     lib.sr_rms_norm.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, ctypes.c_float]
     lib.sr_l2_normalize.restype = None

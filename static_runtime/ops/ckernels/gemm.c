@@ -61,7 +61,7 @@ int64_t sr_gemm_nr(void) { return NR; }
 static inline __attribute__((always_inline)) void
 tile(int ROWS, int HALVES, const float *a, int64_t lda, const float *panel, const float *bias,
      float *c, int64_t ldc, int64_t k0, int64_t k1, int first, int last, int64_t width,
-     int act) {
+     int act, float *gated, int64_t ldg, int64_t gated_width) {
     v16 s[MR][2];
     for (int r = 0; r < ROWS; r++) {
         for (int h = 0; h < HALVES; h++) {
@@ -85,22 +85,30 @@ tile(int ROWS, int HALVES, const float *a, int64_t lda, const float *panel, cons
                 s[r][h] += av * b[h];
         }
     }
+    if (HALVES == 2 && last && gated) {  /* silu(gate) · up: the halves (sr_gemm_gated) */
+        for (int r = 0; r < ROWS; r++)
+            sr_store16(gated + r * ldg, s[r][0] * sr_act16_sigmoid(s[r][0]) * s[r][1],
+                       gated_width);
+        return;
+    }
     store_tile(ROWS, HALVES, s, c, ldc, width, last ? act : 0);
 }
 
 #define TILE(R) \
 static void tile##R(const float *a, int64_t lda, const float *panel, const float *bias, \
                     float *c, int64_t ldc, int64_t k0, int64_t k1, int first, int last, \
-                    int64_t width, int act) { \
-    if (width > 16) tile(R, 2, a, lda, panel, bias, c, ldc, k0, k1, first, last, width, act); \
-    else tile(R, 1, a, lda, panel, bias, c, ldc, k0, k1, first, last, width, act); }
+                    int64_t width, int act, float *gated, int64_t ldg, int64_t gated_width) { \
+    if (width > 16) tile(R, 2, a, lda, panel, bias, c, ldc, k0, k1, first, last, width, act, \
+                         gated, ldg, gated_width); \
+    else tile(R, 1, a, lda, panel, bias, c, ldc, k0, k1, first, last, width, act, gated, ldg, \
+              gated_width); }
 TILE(1) TILE(2) TILE(3) TILE(4)
 #if MR == 8
 TILE(5) TILE(6) TILE(7) TILE(8)
 #endif
 
 typedef void (*tile_fn)(const float *, int64_t, const float *, const float *, float *, int64_t,
-                        int64_t, int64_t, int, int, int64_t, int);
+                        int64_t, int64_t, int, int, int64_t, int, float *, int64_t, int64_t);
 static const tile_fn TILES[MR + 1] = {0, tile1, tile2, tile3, tile4,
 #if MR == 8
                                       tile5, tile6, tile7, tile8
@@ -115,7 +123,7 @@ void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias
             for (int64_t p = 0; p * NR < n; p++) {
                 int64_t width = n - p * NR < NR ? n - p * NR : NR;
                 TILES[1](a, lda, packed, bias ? bias + p * NR : 0, c + r * ldc + p * NR, ldc,
-                         0, 0, 1, 1, width, act);
+                         0, 0, 1, 1, width, act, 0, 0, 0);
             }
         return;
     }
@@ -129,10 +137,10 @@ void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias
             int64_t r = 0;
             for (; r + MR <= m; r += MR)
                 TILES[MR](a + r * lda, lda, panel, bp, c + r * ldc + p * NR, ldc, k0, k1, first,
-                          last, width, act);
+                          last, width, act, 0, 0, 0);
             if (r < m)
                 TILES[m - r](a + r * lda, lda, panel, bp, c + r * ldc + p * NR, ldc, k0, k1,
-                             first, last, width, act);
+                             first, last, width, act, 0, 0, 0);
         }
     }
 }
@@ -143,6 +151,47 @@ void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias
 void sr_gemm_block(const float *a, float *c, const int64_t *p) {
     sr_gemm(a, p[0], (const float *)(intptr_t)p[1], (const float *)(intptr_t)p[2], c, p[3],
             p[4], p[5], p[6], (int)p[7]);
+}
+
+/* A gated product, silu(A · G + g) ⊙ (A · U + u) for (K × H) G and U (a SwiGLU MLP's gate and
+   up projections): B packed from their columns interleaved in blocks of 16 — panel p holds
+   G's columns 16p .. 16p + 15 then U's (zero past H) —, so a tile's two halves are the gate
+   and the up product of the same 16 output columns, and its epilogue writes their gated
+   product: out (M × H, row stride ldo) is written once, with no M × 2H intermediate and no
+   pass over it for the activation and the product. K past KC keeps a panel's partial sums
+   in a scratch of M × NR. Returns 0, or -1 without memory for it (nothing written). */
+int sr_gemm_gated(const float *a, int64_t lda, const float *packed, const float *bias,
+                  float *out, int64_t ldo, int64_t m, int64_t k, int64_t h) {
+    float *scratch = 0;
+    if (k > KC) {
+        scratch = malloc((size_t)(m * NR) * sizeof(float));
+        if (!scratch) return -1;
+    }
+    for (int64_t p = 0; p * 16 < h; p++) {
+        const float *panel = packed + p * NR * k;
+        const float *bp = bias ? bias + p * NR : 0;
+        const int64_t width = h - 16 * p < 16 ? h - 16 * p : 16;
+        int64_t k0 = 0;
+        do {
+            const int64_t k1 = k0 + KC < k ? k0 + KC : k;
+            const int first = k0 == 0, last = k1 == k;
+            for (int64_t r = 0; r < m; r += MR) {
+                const int rows = m - r < MR ? (int)(m - r) : MR;
+                TILES[rows](a + r * lda, lda, panel, bp, scratch ? scratch + r * NR : 0, NR,
+                            k0, k1, first, last, NR, 0, out + r * ldo + 16 * p, ldo, width);
+            }
+            k0 = k1;
+        } while (k0 < k);
+    }
+    free(scratch);
+    return 0;
+}
+
+/* sr_gemm_gated with its sizes and constant pointers in one block (lda, packed, bias, ldo, m,
+   k, h). */
+int sr_gemm_gated_block(const float *a, float *out, const int64_t *p) {
+    return sr_gemm_gated(a, p[0], (const float *)(intptr_t)p[1], (const float *)(intptr_t)p[2],
+                         out, p[3], p[4], p[5], p[6]);
 }
 
 /* ---- Convolution as an implicit GEMM --------------------------------------------------

@@ -1,6 +1,6 @@
-"""Whole layers by our own kernels (``recurrent.c``, ``norms.c``): an LSTM/GRU forward, one
-LSTM/GRU cell step, RMS and L2 normalisation, built on the GEMM and argument blocks of
-``ckernels``."""
+"""Whole layers by our own kernels (``recurrent.c``, ``norms.c``, ``gemm.c``): an LSTM/GRU
+forward, one LSTM/GRU cell step, RMS and L2 normalisation, a SwiGLU MLP's gated projections,
+built on the GEMM and argument blocks of ``ckernels``."""
 
 from __future__ import annotations
 
@@ -209,3 +209,57 @@ def l2_normalize(h: int, eps: float):
 
     normalize.direct_for = direct_for  # type: ignore[attr-defined]
     return normalize
+
+
+class GatedGemm:
+    """``silu(x · w_gateᵀ + b_gate) * (x · w_upᵀ + b_up)`` for constant (H, K) float32 weights
+    (a SwiGLU MLP's gate and up projections) by one product (``gemm.c``, ``sr_gemm_gated``):
+    the two weights packed as one, their columns interleaved in blocks of 16, the gated
+    product made in the epilogue."""
+
+    def __init__(self, w_gate: torch.Tensor, b_gate: torch.Tensor | None, w_up: torch.Tensor,
+                 b_up: torch.Tensor | None):
+        lib = _required_library()
+        if w_gate.dim() != 2 or w_gate.shape != w_up.shape \
+                or {w_gate.dtype, w_up.dtype} != {torch.float32}:
+            raise ValueError(f"GatedGemm takes two float32 (H, K) weights of one shape, got "
+                             f"{w_gate.dtype} {tuple(w_gate.shape)} and {w_up.dtype} "
+                             f"{tuple(w_up.shape)}")
+        self.h, self.k = w_gate.shape
+        blocks = (self.h + 15) // 16
+
+        def interleaved(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+            """(blocks · 32, ...): block q's 16 rows of ``gate`` (zero past H), then ``up``'s."""
+            rest = gate.shape[1:]
+            padded = [torch.zeros(blocks * 16, *rest) for _ in range(2)]
+            padded[0][:self.h], padded[1][:self.h] = gate.detach(), up.detach()
+            return torch.stack([t.view(blocks, 16, *rest) for t in padded], 1) \
+                .reshape(blocks * 32, *rest)
+
+        bias = None
+        if b_gate is not None or b_up is not None:
+            zeros = torch.zeros(self.h)
+            bias = interleaved(zeros if b_gate is None else b_gate.float(),
+                               zeros if b_up is None else b_up.float())
+        self.gemm = Gemm(interleaved(w_gate, w_up).t(), bias)
+        self._run = lib.sr_gemm_gated_block
+        #: rows → the call's argument block
+        self._blocks: dict[int, tuple] = {}
+
+    def direct(self, m: int):
+        """``(x, o) -> None`` for ``m`` rows, checking nothing: ``x`` a contiguous float32 CPU
+        tensor of ``m`` rows of K (any rank), ``o`` one of ``m`` rows of H."""
+        run, gemm = self._run, self.gemm
+        block = self._blocks.get(m)
+        if block is None:
+            block = remember(self._blocks, m, _block(
+                max(self.k, 1), gemm.packed.data_ptr(),
+                0 if gemm.bias is None else gemm.bias.data_ptr(), self.h, m, self.k, self.h))
+        address = block[1]
+
+        def direct(x: torch.Tensor, o: torch.Tensor) -> None:
+            if run(x.data_ptr(), o.data_ptr(), address):
+                raise MemoryError(f"GatedGemm: no memory for the partial sums of {m} rows")
+
+        direct.keep = (self, block)  # type: ignore[attr-defined]  # what the addresses name
+        return direct
