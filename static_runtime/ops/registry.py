@@ -181,6 +181,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         attention,
         conv,
         conv1d,
+        conv_plain,
         embeddings,
         fallback,
         gated,

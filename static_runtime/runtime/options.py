@@ -165,7 +165,7 @@ class StaticModuleOptions:
     #: unfused. See README, "Fused regions".
     fusion_compiler: str | None = None
     #: "measure" (the default): GEMM-like nodes with a constant float32 weight (linear,
-    #: addmm, mm, matmul, a linear fused with its activation), fused convolutions, conv1d,
+    #: addmm, mm, matmul, a linear fused with its activation), convolutions (fused or not), conv1d,
     #: LSTM/GRU layers and cells, scaled_dot_product_attention, RMS and L2 norms and
     #: standalone GELU/tanh/sigmoid/SiLU get the fastest of their candidate kernels — ATen's,
     #: oneDNN's on a prepacked weight, MKL's packed GEMM, our own C kernels where a compiler
