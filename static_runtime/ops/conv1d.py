@@ -72,7 +72,16 @@ def _conv1d(node: Node):
 def _measured_conv1d(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                      ) -> Callable[..., Any] | None:
     found = _constants(node)
-    if found is None or not torch.backends.mkldnn.is_available():
+    return None if found is None else measured_conv1d(found, chooser, default)
+
+
+def measured_conv1d(found: tuple, chooser: KernelChooser, default: Callable[..., Any]
+                    ) -> Callable[..., Any] | None:
+    """``fn(x, weight, bias, *rest)`` choosing per input shape among our candidates for the
+    convolution of ``found`` (``_constants``' tuple); anything else runs ``default(x, w, b,
+    *rest)`` (``conv1d``, or ``_convolution`` as a traced model records it:
+    ``ops/conv_plain.py``)."""
+    if not torch.backends.mkldnn.is_available():
         return None
     weight, bias, stride, padding, dilation, groups = found
     if not (len(stride) == len(padding) == len(dilation) == 1):
@@ -92,12 +101,12 @@ def _measured_conv1d(node: Node, chooser: KernelChooser, default: Callable[..., 
                                 lambda: {n: (lambda k=k: k(x)) for n, k in kernels.items()})
 
     @labelled("conv1d: kernel chosen per input shape by measurement")
-    def fn(x, w, b, stride_, padding_, dilation_, groups_):
+    def fn(x, w, b, *rest):
         if w is weight and b is bias and x.dtype is f32 and x.dim() == 3 \
                 and x.is_cpu and x.is_contiguous() and not x.is_mkldnn:
             key = (x.shape, threads())
             return kernels[chosen.get(key) or decide(x, key)](x)
-        return default(x, w, b, stride_, padding_, dilation_, groups_)
+        return default(x, w, b, *rest)
 
     return per_shape.expose(fn, ("conv1d", tuple(weight.shape), stride, padding, dilation,
                                  groups, bias is not None))

@@ -1,5 +1,6 @@
 """Convolutions left unfused — ``aten::conv2d``, and ``aten::_convolution`` as a traced model
-records one — with a constant weight, under ``kernel_choice="measure"``: their kernel chosen by
+records one (a traced 1-D one gets ``ops/conv1d.py``'s candidates: Whisper's and wav2vec2's
+front ends) — with a constant weight, under ``kernel_choice="measure"``: their kernel chosen by
 measurement per pixel count (N × H × W up to the same power of two), layout and thread count,
 between
 
@@ -28,6 +29,7 @@ from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
 from static_runtime.ops.ckernels import remember
 from static_runtime.ops.conv import ConvKernels
+from static_runtime.ops.conv1d import measured_conv1d
 from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
 from static_runtime.ops.registry import labelled, register_measured, register_native
 from static_runtime.ops.selection import constant_value
@@ -37,10 +39,10 @@ _CONV2D = str(_aten.conv2d.default._schema)
 _CONVOLUTION = str(_aten._convolution.default._schema)
 
 
-def _plain(node: Node) -> tuple | None:
-    """``(weight, bias, stride, padding, dilation, groups)`` of a convolution ours can take,
-    else None."""
-    if node.schema == _CONV2D and len(node.inputs) == 7:
+def _plain(node: Node, rank: int = 4) -> tuple | None:
+    """``(weight, bias, stride, padding, dilation, groups)`` of a convolution ours can take
+    with a weight of ``rank`` (4: 2-D, 3: 1-D), else None."""
+    if node.schema == _CONV2D and len(node.inputs) == 7 and rank == 4:
         args = [constant_value(v) for v in node.inputs[1:]]
     elif node.schema == _CONVOLUTION and len(node.inputs) == 13:
         args = [constant_value(v) for v in node.inputs[1:9]]
@@ -53,12 +55,12 @@ def _plain(node: Node) -> tuple | None:
         return None
     weight, bias, stride, padding, dilation, groups = args
     if not (isinstance(weight, torch.Tensor) and weight.dtype is torch.float32
-            and weight.dim() == 4 and weight.layout == torch.strided and not weight.is_meta
+            and weight.dim() == rank and weight.layout == torch.strided and not weight.is_meta
             and weight.numel() and (bias is None or (isinstance(bias, torch.Tensor)
                                                      and bias.dtype is torch.float32
                                                      and bias.shape == weight.shape[:1]))
             and type(groups) is int
-            and all(isinstance(a, (list, tuple)) and len(a) == 2
+            and all(isinstance(a, (list, tuple)) and len(a) == rank - 2
                     and all(type(e) is int for e in a) for a in (stride, padding, dilation))):
         return None
     return weight, bias, list(stride), list(padding), list(dilation), groups
@@ -68,7 +70,7 @@ def _plain(node: Node) -> tuple | None:
 def _native(node: Node):
     """The operator as it is, for the nodes ours may be measured against (others: the
     fallback's binding)."""
-    if _plain(node) is None:
+    if _plain(node) is None and _plain(node, 3) is None:
         return None
     if node.schema == _CONV2D:
         return labelled("torch.conv2d")(torch.conv2d)
@@ -78,6 +80,9 @@ def _native(node: Node):
 @register_measured("aten::conv2d", "aten::_convolution")
 def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
               ) -> Callable[..., Any] | None:
+    one_d = _plain(node, 3)
+    if one_d is not None:  # a traced conv1d: ops/conv1d.py's candidates
+        return measured_conv1d(one_d, chooser, default)
     found = _plain(node)
     if found is None or not ckernels.available():
         return None

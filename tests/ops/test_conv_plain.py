@@ -92,3 +92,31 @@ def test_other_groupings_transposed_and_given_weights_run_atens(monkeypatch):
     mods = check(Others().eval(), args, (torch.randn(2, 8, 5, 7), args[1]), options=OPTIONS,
                  rtol=1e-4, atol=1e-4)
     assert "native (forced)" not in mods["measure"].describe()
+
+
+class FrontEnd(nn.Module):
+    """A speech model's front end: 1-D convolutions, traced as ``_convolution``."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv1 = nn.Conv1d(6, 16, 3, padding=1)
+        self.conv2 = nn.Conv1d(16, 16, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.gelu(self.conv2(nn.functional.gelu(self.conv1(x)))).transpose(1, 2)
+
+
+@pytest.mark.parametrize("kernel", ["native", "onednn", "aten"])
+def test_a_traced_1d_convolution_gets_conv1d_candidates(kernel, monkeypatch):
+    _force(monkeypatch, kernel)
+    first, second = torch.randn(1, 6, 40), torch.randn(3, 6, 25)
+    traced = torch.jit.trace(FrontEnd().eval(), (first,))
+    assert "aten::_convolution" in str(traced.inlined_graph)
+    mods = check(traced, (first,), (second,), options=OPTIONS, rtol=1e-4, atol=1e-4)
+    assert mods["measure"].describe().count(f": {kernel} (forced)") >= 2
+    # an unbatched input: the traced model's convolution refuses it, and so do we
+    with pytest.raises(RuntimeError, match="3-dimensional input"):
+        traced(torch.randn(6, 40))
+    with pytest.raises(RuntimeError, match="3-dimensional input"):
+        mods["measure"](torch.randn(6, 40))
