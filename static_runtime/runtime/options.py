@@ -166,7 +166,7 @@ class StaticModuleOptions:
     fusion_compiler: str | None = None
     #: "measure" (the default): GEMM-like nodes with a constant float32 weight (linear,
     #: addmm, mm, matmul, a linear fused with its activation), convolutions (fused or not), conv1d,
-    #: LSTM/GRU layers and cells, scaled_dot_product_attention, RMS and L2 norms and
+    #: LSTM/GRU layers and cells, scaled_dot_product_attention, layer, RMS and L2 norms and
     #: standalone GELU/tanh/sigmoid/SiLU get the fastest of their candidate kernels — ATen's,
     #: oneDNN's on a prepacked weight, MKL's packed GEMM, our own C kernels where a compiler
     #: built them — timed on this CPU on a new shape's first call (row counts up to the same

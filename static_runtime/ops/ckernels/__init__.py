@@ -186,6 +186,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn.argtypes = [_PTR, _PTR, _PTR]
     lib.sr_rms_norm.restype = None
     lib.sr_rms_norm.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, ctypes.c_float]
+    lib.sr_layer_norm.restype = None
+    lib.sr_layer_norm.argtypes = [_PTR, _PTR, _PTR, _PTR, _I64, _I64, ctypes.c_float]
     lib.sr_l2_normalize.restype = None
     lib.sr_l2_normalize.argtypes = [_PTR, _PTR, _I64, _I64, ctypes.c_float]
     lib.sr_recurrent_layer.restype = ctypes.c_int

@@ -1,4 +1,6 @@
-/* RMS normalisation over the last dimension, as LLaMA's and T5's layers write it:
+/* Normalisations over the last dimension: RMS (LLaMA's, T5's), L2, layer.
+
+   RMS normalisation over the last dimension, as LLaMA's and T5's layers write it:
    out = w ⊙ (x · 1 / sqrt(mean(x²) + eps)), one pass to sum the squares (16 partial sums per
    row, vectorised) and one to scale, instead of five operators and four intermediate tensors. */
 #include <math.h>
@@ -58,5 +60,66 @@ void sr_l2_normalize(const float *x, float *out, int64_t rows, int64_t h, float 
             memcpy(o + j, &v, 64);
         }
         for (; j < h; j++) o[j] = xr[j] / d;
+    }
+}
+
+/* The sum of h floats: 16 partial sums, vectorised, then the tail. */
+static inline float sum_of(const float *x, int64_t h) {
+    v16 acc = {0};
+    int64_t j = 0;
+    for (; j + 16 <= h; j += 16) {
+        v16 v;
+        memcpy(&v, x + j, 64);
+        acc += v;
+    }
+    float s = 0;
+    for (int k = 0; k < 16; k++) s += acc[k];
+    for (; j < h; j++) s += x[j];
+    return s;
+}
+
+/* Layer normalisation over the last dimension (nn.LayerNorm, elementwise affine or not):
+   out = (x - mean) · 1 / sqrt(var + eps) ⊙ w + b, var the biased variance. Two passes for the
+   moments — the mean, then the squares of the deviations from it (a row is in the L1 cache
+   by then), so a large mean cancels nothing — and one to scale and shift. w, b: NULL for
+   none. */
+void sr_layer_norm(const float *x, const float *w, const float *b, float *out, int64_t rows,
+                   int64_t h, float eps) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * h;
+        float *o = out + r * h;
+        const float mean = sum_of(xr, h) / (float)h;
+        v16 acc = {0};
+        int64_t j = 0;
+        for (; j + 16 <= h; j += 16) {
+            v16 v;
+            memcpy(&v, xr + j, 64);
+            v -= mean;
+            acc += v * v;
+        }
+        float ss = 0;
+        for (int k = 0; k < 16; k++) ss += acc[k];
+        for (; j < h; j++) ss += (xr[j] - mean) * (xr[j] - mean);
+        const float rstd = 1.0f / sqrtf(ss / (float)h + eps);
+        for (j = 0; j + 16 <= h; j += 16) {
+            v16 v, wv = {0}, bv = {0};
+            memcpy(&v, xr + j, 64);
+            v = (v - mean) * rstd;
+            if (w) {
+                memcpy(&wv, w + j, 64);
+                v *= wv;
+            }
+            if (b) {
+                memcpy(&bv, b + j, 64);
+                v += bv;
+            }
+            memcpy(o + j, &v, 64);
+        }
+        for (; j < h; j++) {
+            float y = (xr[j] - mean) * rstd;
+            if (w) y *= w[j];
+            if (b) y += b[j];
+            o[j] = y;
+        }
     }
 }
