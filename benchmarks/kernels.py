@@ -103,11 +103,13 @@ def collect(names: list[str]) -> tuple[dict[tuple, set[str]], dict[tuple, set[st
             mod(*inputs(batch))
             for pn in mod.plan.nodes():
                 problem = getattr(pn.fn, "problem", None)
-                if problem is None or not (problem[0] == "conv2d" or len(problem) == 5
+                if problem is None or not (problem[0] == "conv2d" and len(problem) == 8
+                                           or len(problem) == 5
                                            and problem[0].split("+")[0] in GEMM_OPS):
                     continue  # (1-D convolutions: ``benchmarks/conv_paths.py``; norms and recurrent
                     # layers: ``benchmarks/recurrent.py``; attention and activations:
-                    # ``benchmarks/small_kernels.py``)
+                    # ``benchmarks/small_kernels.py``; unfused convolutions, gated linears
+                    # and layer norms: the zoo runs)
                 if problem[0] == "conv2d":
                     _, w, stride, padding, dilation, groups, has_bias, attr = problem
                     for bucket, choice in pn.fn.choices.items():

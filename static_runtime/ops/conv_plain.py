@@ -129,5 +129,5 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                     return call(x)
         return default(x, w, b, *rest)
 
-    return per_shape.expose(fn, ("conv2d", tuple(weight.shape), stride, padding, dilation,
-                                 groups))
+    return per_shape.expose(fn, ("conv2d_unfused", tuple(weight.shape), stride, padding,
+                                 dilation, groups))
