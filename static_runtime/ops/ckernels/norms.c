@@ -9,20 +9,28 @@
 
 #include "act.h"
 
-/* The sum of the squares of h floats: 16 partial sums, vectorised, then the tail. */
-static inline float sum_squares(const float *x, int64_t h) {
+/* The sum over h floats of x - shift, or of its square: 16 partial sums, vectorised, then
+   the tail (shift and square constants where it is inlined). */
+static inline __attribute__((always_inline)) float row_sum(const float *x, int64_t h,
+                                                           float shift, int square) {
     v16 acc = {0};
     int64_t j = 0;
     for (; j + 16 <= h; j += 16) {
         v16 v;
         memcpy(&v, x + j, 64);
-        acc += v * v;
+        v -= shift;
+        acc += square ? v * v : v;
     }
-    float ss = 0;
-    for (int k = 0; k < 16; k++) ss += acc[k];
-    for (; j < h; j++) ss += x[j] * x[j];
-    return ss;
+    float s = 0;
+    for (int k = 0; k < 16; k++) s += acc[k];
+    for (; j < h; j++) {
+        const float d = x[j] - shift;
+        s += square ? d * d : d;
+    }
+    return s;
 }
+
+static inline float sum_squares(const float *x, int64_t h) { return row_sum(x, h, 0.0f, 1); }
 
 void sr_rms_norm(const float *x, const float *w, float *out, int64_t rows, int64_t h,
                  float eps) {
@@ -63,21 +71,6 @@ void sr_l2_normalize(const float *x, float *out, int64_t rows, int64_t h, float 
     }
 }
 
-/* The sum of h floats: 16 partial sums, vectorised, then the tail. */
-static inline float sum_of(const float *x, int64_t h) {
-    v16 acc = {0};
-    int64_t j = 0;
-    for (; j + 16 <= h; j += 16) {
-        v16 v;
-        memcpy(&v, x + j, 64);
-        acc += v;
-    }
-    float s = 0;
-    for (int k = 0; k < 16; k++) s += acc[k];
-    for (; j < h; j++) s += x[j];
-    return s;
-}
-
 /* Layer normalisation over the last dimension (nn.LayerNorm, elementwise affine or not):
    out = (x - mean) · 1 / sqrt(var + eps) ⊙ w + b, var the biased variance. Two passes for the
    moments — the mean, then the squares of the deviations from it (a row is in the L1 cache
@@ -88,20 +81,10 @@ void sr_layer_norm(const float *x, const float *w, const float *b, float *out, i
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * h;
         float *o = out + r * h;
-        const float mean = sum_of(xr, h) / (float)h;
-        v16 acc = {0};
+        const float mean = row_sum(xr, h, 0.0f, 0) / (float)h;
+        const float rstd = 1.0f / sqrtf(row_sum(xr, h, mean, 1) / (float)h + eps);
         int64_t j = 0;
         for (; j + 16 <= h; j += 16) {
-            v16 v;
-            memcpy(&v, xr + j, 64);
-            v -= mean;
-            acc += v * v;
-        }
-        float ss = 0;
-        for (int k = 0; k < 16; k++) ss += acc[k];
-        for (; j < h; j++) ss += (xr[j] - mean) * (xr[j] - mean);
-        const float rstd = 1.0f / sqrtf(ss / (float)h + eps);
-        for (j = 0; j + 16 <= h; j += 16) {
             v16 v, wv = {0}, bv = {0};
             memcpy(&v, xr + j, 64);
             v = (v - mean) * rstd;
