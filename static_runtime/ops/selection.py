@@ -274,7 +274,7 @@ def _rows(node: Node):
         if simple(x, idx):
             try:
                 return index_select(x, 0, idx[0])
-            except IndexError:  # (negative, or past the end: ATen's index decides)
+            except (IndexError, RuntimeError):  # (negative, past the end: ATen's decides)
                 pass
         return aten_index(x, idx)
 
@@ -284,7 +284,7 @@ def _rows(node: Node):
                 and out.shape == (idx[0].shape[0], *x.shape[1:]):
             try:
                 return index_select(x, 0, idx[0], out=out)
-            except IndexError:
+            except (IndexError, RuntimeError):
                 pass
         return aten_index_out(x, idx, out=out)
 
