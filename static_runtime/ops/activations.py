@@ -103,6 +103,6 @@ def _measured(node: Node, chooser: KernelChooser, default: Pair) -> Pair | None:
             return native(x, out)
         return default_out(out, x, *rest)
 
-    per_shape.expose(fn, (act,))
+    per_shape.expose(fn, (act,), ("n<=",))
     out_fn.status, out_fn.choices, out_fn.problem = fn.status, fn.choices, fn.problem
     return fn, out_fn

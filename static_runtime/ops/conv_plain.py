@@ -130,4 +130,4 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
         return default(x, w, b, *rest)
 
     return per_shape.expose(fn, ("conv2d_unfused", tuple(weight.shape), stride, padding,
-                                 dilation, groups))
+                                 dilation, groups), ("pixels<=", "channels_last="))

@@ -128,7 +128,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                 return out
         return default(x, wg, bg, wu, bu)
 
-    return per_shape.expose(fn, ("gated_linear", k, h))
+    return per_shape.expose(fn, ("gated_linear", k, h), ("rows<=", "K=", "H="))
 
 
 implement_torch_ops(((GATED_LINEAR, gated_linear_reference),))

@@ -323,15 +323,22 @@ class PerShape:
         self.choices[key] = choice
         return choice.name
 
-    def expose(self, fn: Callable, problem: tuple) -> Callable:
+    def expose(self, fn: Callable, problem: tuple, sizes: tuple[str, ...] | None = None
+               ) -> Callable:
         """``fn`` with ``status()`` (each shape's choice and its timings), ``choices`` and
-        ``problem`` (what the node computes)."""
+        ``problem`` (what the node computes). ``sizes`` names the numbers of a key's size
+        where it is not the input's shape (a bucket: ``("rows<=", "h=")``)."""
         choices = self.choices
+
+        def where(s) -> str:
+            if sizes is None:
+                return f"x={tuple(s)}"
+            return " ".join(f"{name}{value}" for name, value in zip(sizes, s, strict=True))
 
         def status() -> str:
             if not choices:
                 return "no kernel chosen yet"
-            return "; ".join(f"x={tuple(s)} threads={t}: {ch.describe()}"
+            return "; ".join(f"{where(s)} threads={t}: {ch.describe()}"
                              for (s, t), ch in choices.items())
 
         fn.status = status  # type: ignore[attr-defined]

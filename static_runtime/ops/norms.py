@@ -107,7 +107,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                 return call(x)
         return default(x, w, eps_, dtype_)
 
-    return per_shape.expose(fn, ("rms_norm", h))
+    return per_shape.expose(fn, ("rms_norm", h), ("rows<=", "h="))
 
 
 def l2_normalize_reference(input, dim, eps):
@@ -155,7 +155,7 @@ def _measured_l2(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                 return call(x)
         return default(x, dim_, eps_)
 
-    return per_shape.expose(fn, ("l2_normalize", dim))
+    return per_shape.expose(fn, ("l2_normalize", dim), ("rows<=", "h="))
 
 
 _LAYER_NORM = str(torch.ops.aten.layer_norm.default._schema)
@@ -223,7 +223,7 @@ def _measured_layer_norm(node: Node, chooser: KernelChooser, default: Callable[.
                 return call(x)
         return default(x, shape_, w, b, eps_, *rest)
 
-    return per_shape.expose(fn, ("layer_norm", h))
+    return per_shape.expose(fn, ("layer_norm", h), ("rows<=", "h="))
 
 
 implement_torch_ops(((RMS_NORM, rms_norm_reference), (L2_NORMALIZE, l2_normalize_reference)))

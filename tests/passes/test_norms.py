@@ -47,7 +47,7 @@ def test_two_of_three_fused_and_answers_equal_on_two_shape_sets():
     first, second = _inputs()
     mods = check(LlamaNorm().eval(), first, second, options=OPTIONS)
     assert _kinds(mods["measure"]).count("static_runtime::rms_norm") == 2
-    assert "x=(16, 40) threads=" in mods["measure"].describe()  # 14 rows: up to 16
+    assert "rows<=16 h=40 threads=" in mods["measure"].describe()  # 14 rows: up to 16
 
 
 @pytest.mark.parametrize("name", ["aten", "native"])
@@ -136,7 +136,7 @@ def test_normalize_fused_where_it_matches_and_answers_equal():
     first, second = _embedding_inputs()
     mods = check(Embeddings().eval(), first, second, options=OPTIONS)
     assert _kinds(mods["measure"]).count("static_runtime::l2_normalize") == 3
-    assert "x=(4, 12) threads=" in mods["measure"].describe()  # 3 rows: up to 4
+    assert "rows<=4 h=12 threads=" in mods["measure"].describe()  # 3 rows: up to 4
     off = sr.StaticModule(torch.jit.script(Embeddings().eval()),
                           sr.StaticModuleOptions(kernel_choice="default"))
     assert "static_runtime::l2_normalize" not in _kinds(off)
