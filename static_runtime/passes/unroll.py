@@ -9,7 +9,8 @@ it gets no prepacked or measured kernel; every trip also pays the loop's bookkee
 unrolled code each trip's copy of the body sees its ``k`` as a constant.
 
 A ``prim::Loop`` is unrolled when its trip count is a constant int from 1 to ``MAX_TRIPS`` and
-the copies add at most ``MAX_NODES`` nodes (a body counted with its nested blocks). Trip
+the copies add at most ``MAX_NODES`` nodes (a body counted with its nested blocks), and
+``MAX_GRAPH_NODES`` over all the graph's loops. Trip
 ``k``'s copy runs in the loop's place where the condition before it is the constant ``True``
 (a ``for`` without a ``break``), else inside ``prim::If(condition)`` whose other branch hands
 the carried values on unchanged: trip by trip what the loop did, in the same order, side
@@ -41,8 +42,9 @@ from static_runtime.passes.inline import clone_node
 
 #: Most trips a loop may have to be unrolled.
 MAX_TRIPS = 16
-#: Most nodes the copies of one loop's body may add.
+#: Most nodes the copies of one loop's body may add, and of all loops of a graph.
 MAX_NODES = 2000
+MAX_GRAPH_NODES = 20000
 
 _SELECT = str(torch.ops.aten.select.int._schema)
 
@@ -56,10 +58,16 @@ class _Outer(dict):
 
 def unroll_loops(graph: Graph, evaluate: NodeEvaluator) -> bool:
     changed = False
+    budget = MAX_GRAPH_NODES
     # innermost first: walk() gives a loop before the loops in its body
     for node in reversed(list(graph.walk())):
-        if node.kind == "prim::Loop" and node.owning_block is not None and _trips(node):
-            _unroll(graph, node, _trips(node))
+        if node.kind != "prim::Loop" or node.owning_block is None:
+            continue
+        trips = _trips(node)
+        added = trips * sum(1 for _ in node.blocks[0].walk())
+        if trips and added <= budget:
+            _unroll(graph, node, trips)
+            budget -= added
             changed = True
     if changed:
         # (the copies' counters fold first: trip k's is trip k - 1's plus the step)
