@@ -13,7 +13,9 @@ Folded, until nothing changes:
     the conditions below like any mutable result;
   - each result is a scalar, string, ``None``, device, dtype, a list/tuple of those, or a
     strided tensor of at most ``MAX_TENSOR_NUMEL`` elements (bigger tensors would bloat the
-    model);
+    model) — or a list/tuple built of the graph's own constants, whatever their size (an
+    exported LSTM's weights: it holds no new tensor, and the LSTM then sees its weights as
+    one constant, as a frozen TorchScript graph gives them);
   - a mutable result (tensor, list) is never written (``AliasDb.has_writers``) and never
     reaches the caller (``may_alias_graph_output``): a constant is shared by every run, so a
     write, in the graph or by the caller, would leak into the next run.
@@ -263,12 +265,17 @@ def _fold_node(node: Node, db: AliasDb, evaluate: NodeEvaluator) -> bool:
             return False
         if len(values) != len(node.outputs):
             return False
-    return _replace_with_constants(node, values, db)
+    # A list or tuple of the graph's own constants (an LSTM's weights, as an exported program
+    # lists them) bakes in no new tensor, whatever their size.
+    held = frozenset(id(a) for a in args if isinstance(a, torch.Tensor)) \
+        if node.kind in ("prim::ListConstruct", "prim::TupleConstruct") else frozenset()
+    return _replace_with_constants(node, values, db, held)
 
 
-def _replace_with_constants(node: Node, values: list[Any], db: AliasDb) -> bool:
+def _replace_with_constants(node: Node, values: list[Any], db: AliasDb,
+                            held: frozenset[int] = frozenset()) -> bool:
     for out, value in zip(node.outputs, values, strict=True):
-        if not foldable_value(value):
+        if not foldable_value(value, held):
             return False
         if is_mutable(out) and (db.has_writers(out) or db.may_alias_graph_output(out)):
             return False
@@ -286,14 +293,15 @@ def _replace_with_constants(node: Node, values: list[Any], db: AliasDb) -> bool:
     return True
 
 
-def foldable_value(value: Any) -> bool:
-    """Whether a constant holding ``value`` may be baked into the graph."""
+def foldable_value(value: Any, held: frozenset[int] = frozenset()) -> bool:
+    """Whether a constant holding ``value`` may be baked into the graph (``held``: ids of
+    tensors the graph's constants hold already, of any size)."""
     if value is None or isinstance(value, (bool, int, float, complex, str, torch.device,
                                            torch.dtype, torch.layout, torch.memory_format)):
         return True
     if isinstance(value, torch.Tensor):
         return (value.layout == torch.strided and not value.is_quantized
-                and value.numel() <= MAX_TENSOR_NUMEL)
+                and (value.numel() <= MAX_TENSOR_NUMEL or id(value) in held))
     if type(value) in (list, tuple):
-        return all(foldable_value(v) for v in value)
+        return all(foldable_value(v, held) for v in value)
     return False

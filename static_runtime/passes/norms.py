@@ -12,8 +12,9 @@ Matched exactly, by schema and constants, anything else left alone::
     [y = aten::to.dtype(y, dtype, non_blocking=False, copy=False, memory_format=None)]
     z = aten::mul.Tensor(weight, y)                  (either order; weight a 1-D constant)
 
-with every intermediate used only by the next. ``z`` becomes ``rms_norm(x, weight, eps,
-dtype)``, whose meaning is that composite (``ops/norms.py``); with ``kernel_choice="measure"``
+with every intermediate used only by the next (the normalised value may also be checked by
+``torch.export``'s ``_assert_tensor_metadata``, which then checks ``x``: the same dtype,
+device and layout). ``z`` becomes ``rms_norm(x, weight, eps, dtype)``, whose meaning is that composite (``ops/norms.py``); with ``kernel_choice="measure"``
 our kernel (``ops/ckernels/norms.c``) is timed against it. The pass runs only with that
 option (``StaticModuleOptions.passes_enabled``): without our kernel the fused node would run
 the same five operators, outside the arena.
@@ -51,6 +52,7 @@ _NORMS = (str(_aten.norm.ScalarOpt_dim._schema), str(_aten.linalg_vector_norm.de
 _CLAMP_MIN = str(_aten.clamp_min.default._schema)
 _EXPAND_AS = str(_aten.expand_as.default._schema)
 _DIV = str(_aten.div.Tensor._schema)
+_ASSERT_METADATA = str(_aten._assert_tensor_metadata.default._schema)
 
 
 def fuse_rms_norm(graph: Graph) -> bool:
@@ -92,7 +94,13 @@ def _fuse_from(graph: Graph, rsqrt: Node) -> bool:
     scale = rsqrt.output.sole_user()
     if scale is None or scale.schema != _MUL or _other(scale, rsqrt.output) is not x:
         return False
-    last, cast = scale.output.sole_user(), None
+    # torch.export checks the normalised value's dtype before the cast
+    # (``_assert_tensor_metadata``): x's own dtype, device and layout, as a floating x gives
+    # them to ``x * rsqrt(...)`` (an integer x raises at ``mean`` first) — so the check
+    # moves to x
+    checks = [u.user for u in scale.output.uses if u.user.schema == _ASSERT_METADATA]
+    users = {u.user for u in scale.output.uses} - set(checks)
+    last, cast = (next(iter(users)) if len(users) == 1 else None), None
     if last is not None and last.schema == _TO:
         cast = last
         dtype_, non_blocking, copy, memory_format = (constant_value(v) for v in last.inputs[1:5])
@@ -115,6 +123,8 @@ def _fuse_from(graph: Graph, rsqrt: Node) -> bool:
         output_types=[last.output.type])
     fused.schema, fused.source = RMS_NORM, last.source
     fused.insert_before(last)
+    for check in checks:
+        check.replace_input(0, x)
     name = last.output.name
     last.output.replace_all_uses_with(fused.output)
     for node in (last, cast, scale, rsqrt, add, mean, pow_):
