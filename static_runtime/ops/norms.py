@@ -216,7 +216,7 @@ def _measured_layer_norm(node: Node, chooser: KernelChooser, default: Callable[.
     def fn(x, shape_, w, b, eps_, *rest):
         if w is weight and b is bias and eps_ == eps and x.dtype is f32 and x.is_cpu \
                 and x.dim() >= 1 and x.shape[-1] == h and x.is_contiguous() \
-                and list(shape_) == shape_arg:
+                and len(shape_) == 1 and shape_[0] == h:  # (no list made a call)
             key = (x.shape, threads())
             call = calls[key] if key in calls else decide(x, key)
             if call is not None:
