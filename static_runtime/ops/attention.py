@@ -86,6 +86,10 @@ class _Kernel:
     def __init__(self, chooser: KernelChooser, causal: bool, gqa: bool, invert: bool):
         self.per_shape = PerShape(chooser, ("aten", "native"))
         self.calls: dict[tuple, Any] = {}
+        #: (bucket, the arguments' layout pattern) → the dimension order of the default's
+        #: dense result: a new size of a decided bucket gets our call without a run of the
+        #: default (traffic of every size: a new length's first call ran it and ours twice)
+        self.orders: dict[tuple, tuple[int, ...]] = {}
         self.causal, self.gqa, self.invert = causal, gqa, invert
         self.run = ckernels.library().sr_attention
 
@@ -142,9 +146,13 @@ class _Kernel:
             return ckernels.remember(self.calls, key, None)
         if direct(q, k, v, mask) is None:
             return None  # a row masked entirely in this call: decide on another one
+        bucket = _bucket(q, k, key)
+        order = _dense_order(expected)
+        if order is not None:
+            ckernels.remember(self.orders, (bucket, _pattern(q, k, v, mask, expected.shape)),
+                              order)
         B, H, Lq, D = q.shape
         Lk, Dv = k.shape[2], v.shape[3]
-        bucket = (torch.Size((B, H, size_bucket(Lq), size_bucket(Lk))), key[-1])
         name = self.per_shape.chosen.get(bucket)
         if name is None:
             masking = ("causal" if self.causal else "none" if mask is None
@@ -173,14 +181,79 @@ class _Kernel:
             if transposed:
                 k = k.transpose(2, 3)
         else:
-            expected = default_call()
             if transposed:
                 k = k.transpose(2, 3)
-            call = self.decide(key, q, k, v, mask, factor, expected, default_call, what)
-            if call is None:
-                return expected
+            call = self.known(key, q, k, v, mask, factor)
+            if call is _UNDECIDED:
+                expected = default_call()
+                call = self.decide(key, q, k, v, mask, factor, expected, default_call, what)
+                if call is None:
+                    return expected
+            elif call is None:
+                return default_call()
         out = call(q, k, v, mask)
         return out if out is not None else default_call()
+
+    def known(self, key: tuple, q, k, v, mask, factor: float):
+        """The call for a new ``key`` whose bucket is decided (kept), made without running
+        the default: ours with its result dense in the order the default's was at an earlier
+        key of the same bucket and argument layouts, or None (the default's). ``_UNDECIDED``
+        where the bucket or that order is not known yet."""
+        bucket = _bucket(q, k, key)
+        name = self.per_shape.chosen.get(bucket)
+        if name is None:
+            return _UNDECIDED
+        if name != "native":
+            return ckernels.remember(self.calls, key, None)
+        shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+        order = self.orders.get((bucket, _pattern(q, k, v, mask, shape)))
+        if order is None:
+            return _UNDECIDED
+        direct = self.direct_for(q, k, v, mask, factor, shape, _strides_in(shape, order))
+        return ckernels.remember(self.calls, key, direct)
+
+
+#: ``_Kernel.known``'s answer where the default must decide
+_UNDECIDED = object()
+
+
+def _bucket(q, k, key: tuple) -> tuple:
+    """The sizes sharing a measured choice: sequence lengths up to the same power of two."""
+    B, H, Lq, _ = q.shape
+    return (torch.Size((B, H, size_bucket(Lq), size_bucket(k.shape[2]))), key[-1])
+
+
+def _order(t: torch.Tensor) -> tuple[int, ...]:
+    """``t``'s dimensions from the largest stride to the smallest (ties by position)."""
+    strides = t.stride()
+    return tuple(sorted(range(t.dim()), key=lambda d: (-strides[d], d)))
+
+
+def _pattern(q, k, v, mask, out_shape) -> tuple:
+    """What the default's choice of result layout may depend on apart from the sizes: the
+    arguments' dimension orders, the mask's kind and which result dimensions are 1 (their
+    strides are arbitrary, so an order read where one was 1 is not taken where it is not)."""
+    m = None if mask is None else (mask.dtype, mask.dim(), _order(mask))
+    return (_order(q), _order(k), _order(v), m, tuple(s == 1 for s in out_shape))
+
+
+def _dense_order(t: torch.Tensor) -> tuple[int, ...] | None:
+    """The dimension order in which ``t`` is dense (no gaps, no overlap), or None."""
+    order = _order(t)
+    if t.stride() != _strides_in(t.shape, order):
+        return None
+    return order
+
+
+def _strides_in(shape, order: tuple[int, ...]) -> tuple[int, ...]:
+    """Strides of a dense tensor of ``shape`` whose dimensions run in ``order``, outermost
+    first (a dimension of size 1 counts as 1, as PyTorch's contiguous strides do)."""
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= max(shape[d], 1)
+    return tuple(strides)
 
 
 def _key(q, k, v, mask) -> tuple:

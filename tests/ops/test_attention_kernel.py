@@ -112,6 +112,34 @@ def test_output_strides_are_pytorchs(forced):
     assert ": native (forced)" in mod.describe()
 
 
+def test_new_lengths_of_a_decided_bucket_keep_pytorchs_strides_and_values(forced):
+    # A new length whose bucket is decided gets our call without a run of PyTorch's operator:
+    # its result's layout comes from an earlier length's. Heads viewed out of (B, L, H, D)
+    # (PyTorch's result is then (B, L, H, D) too) and contiguous heads, lengths 9…16 (one
+    # bucket) in turn, then back.
+    forced("native")
+    fn = torch.jit.CompilationUnit(
+        "def f(q, k, v, m):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, m)\n").f
+    mod = sr.StaticModule(fn, MEASURE)
+    g = torch.Generator().manual_seed(3)
+    for viewed in (True, False):
+        for length in (*range(9, 17), 12, 9):
+            q, k, v = (torch.randn(2, length, 3, 16, generator=g).transpose(1, 2)
+                       for _ in range(3))
+            if not viewed:
+                q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+            m = torch.randn(2, 1, 1, length, generator=g)
+            before = [t.clone() for t in (q, k, v, m)]
+            got, want = mod(q, k, v, m), F.scaled_dot_product_attention(q, k, v, m)
+            assert got.stride() == want.stride(), (viewed, length)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(mod(q, k, v, m), want, rtol=1e-5, atol=1e-5)
+            for x, b in zip((q, k, v, m), before):
+                assert torch.equal(x, b)
+    assert ": native (forced)" in mod.describe()
+
+
 def test_a_row_masked_entirely_gives_pytorchs_answer(forced):
     forced("native")
     fn = torch.jit.CompilationUnit(
