@@ -263,11 +263,14 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     #: count depends neither on the order sizes came in nor on the process
     chosen: dict[tuple[int, int], str] = {}
     choices: dict[tuple[int, int], Any] = {}
+    #: (bucket, threads) → ``Choice.interim()``: where the chosen kernel costs setup at each
+    #: new row count (oneDNN's primitive, ~0.3 ms), the kernel serving a new row count's
+    #: first calls and how many (traffic of every size: a new length's first call paid it)
+    interims: dict[tuple[int, int], tuple[str, int] | None] = {}
     #: (bucket, threads) → the row count the choice was measured on (benchmarks and tools)
     measured_at: dict[tuple[int, int], int] = {}
     threads = torch.get_num_threads
     f32 = torch.float32
-    empty = torch.empty
     wstride = tuple(weight_t.stride())
     (i1, c1), (i2, c2) = (constants * 2)[:2]
     #: The last call's shapes, so that the next call of the same shapes (the arena hands the
@@ -294,14 +297,18 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
                                  kernels.direct(name, rows), n) for name in names}
 
         choice = chooser.choose(problem, names, make, default="aten")
-        if choice.name != "mkl":
+        later = interims[key] = choice.interim()
+        serve = {choice.name, later[0]} if later else {choice.name}
+        if "mkl" not in serve:
             kernels.mkl_packs.pop(key[0], None)
-        if choice.name != "native" and not any(c.name == "native" for c in choices.values()):
-            kernels.drop_native()  # its packed copy of the weight serves no row count
         chosen[key] = choice.name
         choices[key] = choice
         measured_at[key] = rows
-        return kernels.kernel(choice.name, rows), choice.name
+        if "native" not in serve and not any(
+                c.name == "native" or (interims.get(b) or ("",))[0] == "native"
+                for b, c in choices.items()):
+            kernels.drop_native()  # its packed copy of the weight serves no row count
+        return choice.name
 
     def fold(x: torch.Tensor):
         """``x`` as a contiguous (rows, k) matrix, or None."""
@@ -317,14 +324,34 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
             return x.view(-1, k)
         return None
 
-    def kernel_for(x2, o2):
-        """The kernel for ``x2``'s row count (its bucket's choice), and its name."""
+    def serving(x2, out) -> tuple[str, tuple[int, str] | None]:
+        """The kernel to serve ``x2``'s row count now (its bucket's choice, or the bucket's
+        interim one at a row count other than the first), and where the choice takes over
+        later: (after how many calls, its name)."""
         rows = x2.shape[0]
         key = (size_bucket(rows), threads())
         name = chosen.get(key)
         if name is None:
-            return decide(x2, o2, key)
-        return kernels.kernel(name, rows), name  # (MKL's: packed for this row count)
+            o2 = None if out is None else out.view(rows, n)
+            return decide(x2, o2, key), None  # (its setup paid by the measuring)
+        later = interims.get(key)
+        if later is None or measured_at[key] == rows:
+            return name, None
+        return later[0], (later[1], name)
+
+    def until(call, later: tuple[int, str], calls: dict, key: tuple, chosen_call):
+        """``call`` for ``later[0]`` calls, then ``chosen_call()``'s call in its place."""
+        left = [later[0]]
+
+        def counted(*args):
+            left[0] -= 1
+            if left[0] >= 0:
+                return call(*args)
+            replacement = calls[key] = chosen_call()
+            last_out[0] = last_fn[0] = None  # (they may hold this one)
+            return replacement(*args)
+
+        return counted
 
     def fn_slow(x, args):
         t = threads()
@@ -334,30 +361,22 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
             x2 = fold(x)
             if x2 is None:
                 return default_fn(*args)
-            call = remember(fn_calls, key, allocating_call(x, x2))
+            call = remember(fn_calls, key, allocating_call(x, x2, key))
         elif x.dtype is not f32 or not x.is_cpu or not x.is_contiguous():
             return default_fn(*args)
         last_fn[0] = (x.shape, t, call)
         return call(x)
 
-    def allocating_call(x, x2):
-        """``call(x) -> result`` for inputs of ``x``'s shape (``x2``: it folded)."""
-        kernel, name = kernel_for(x2, None)
-        rows = x2.shape[0]
-        direct = kernels.direct(name, rows)
-        shape = (*x.shape[:-1], n)
-        if direct is not None:
-            def call(x):
-                y = empty(*shape)
-                direct(x, y)
-                return y
-        elif x2 is x:
-            def call(x):
-                return kernel(x, None)
-        else:
-            def call(x):
-                return kernel(x.view(rows, k), None).view(shape)
-        return call
+    def allocating_call(x, x2, key):
+        """``call(x) -> result`` for inputs of ``x``'s shape (``x2``: it folded; ``key``: its
+        entry in ``fn_calls``)."""
+        name, later = serving(x2, None)
+        rows, shape, flat = x2.shape[0], (*x.shape[:-1], n), x2 is x
+        call = _allocating(kernels, name, rows, shape, flat)
+        if later is None:
+            return call
+        return until(call, later, fn_calls, key,
+                     lambda: _allocating(kernels, later[1], rows, shape, flat))
 
     @labelled(f"{kind} ({op}): kernel chosen per row count by measurement")
     def fn(*args):
@@ -383,25 +402,22 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
                 or out.shape != (*x.shape[:-1], n):
             return default_out(out, *args)
         if call is None:
-            call = remember(out_calls, key, writing_call(x2, out))
+            call = remember(out_calls, key, writing_call(x2, out, key))
         last_out[0] = (out, x.shape, t, call)
         call(x, out)
         return out
 
-    def writing_call(x2, out):
+    def writing_call(x2, out, key):
         """``call(x, out)`` for inputs of ``x2``'s unfolded shape (``out``: a tensor it is
-        to write, where the candidates are timed)."""
+        to write, where the candidates are timed; ``key``: its entry in ``out_calls``)."""
         rows = x2.shape[0]
-        kernel, name = kernel_for(x2, out.view(rows, n))
-        call = kernels.direct(name, rows)
-        if call is not None:
+        name, later = serving(x2, out)
+        flat = out.dim() == 2
+        call = _writing(kernels, name, rows, flat)
+        if later is None:
             return call
-        if out.dim() == 2:
-            return kernel
-
-        def call(x, out):
-            kernel(x.view(rows, k), out.view(rows, n))
-        return call
+        return until(call, later, out_calls, key,
+                     lambda: _writing(kernels, later[1], rows, flat))
 
     @labelled(f"{kind} ({op}): kernel chosen per row count by measurement, out=")
     def out_fn(out, *args):
@@ -429,6 +445,43 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         #: the product: (op, k, n, has bias, epilogue)
         f.problem = (op, k, n, bias is not None, attr)  # type: ignore[attr-defined]
     return fn, out_fn
+
+
+def _allocating(kernels: GemmKernels, name: str, rows: int, shape: tuple, flat: bool
+                ) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Kernel ``name``'s ``call(x) -> result`` for inputs of ``rows`` rows folded (``flat``:
+    ``x`` is the (rows, k) matrix itself), the result of ``shape``."""
+    direct = kernels.direct(name, rows)
+    if direct is not None:
+        empty = torch.empty
+
+        def call(x):
+            y = empty(*shape)
+            direct(x, y)
+            return y
+        return call
+    kernel = kernels.kernel(name, rows)  # (MKL's: packed for this row count's bucket)
+    if flat:
+        return lambda x: kernel(x, None)
+    k = kernels.k
+    return lambda x: kernel(x.view(rows, k), None).view(shape)
+
+
+def _writing(kernels: GemmKernels, name: str, rows: int, flat: bool
+             ) -> Callable[[torch.Tensor, torch.Tensor], Any]:
+    """Kernel ``name``'s ``call(x, out)`` for inputs of ``rows`` rows folded (``flat``: both
+    are matrices already)."""
+    direct = kernels.direct(name, rows)
+    if direct is not None:
+        return direct
+    kernel = kernels.kernel(name, rows)
+    if flat:
+        return kernel
+    k, n = kernels.k, kernels.n
+
+    def call(x, out):
+        kernel(x.view(rows, k), out.view(rows, n))
+    return call
 
 
 def _bound(kernel: Callable[..., torch.Tensor], x2: torch.Tensor, o2: torch.Tensor | None,

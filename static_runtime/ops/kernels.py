@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import math
 import os
 import platform
 import tempfile
@@ -59,8 +60,9 @@ _HARD_FACTOR = 3
 #: Another kernel replaces the default only if it takes at most (1 - this) of its time.
 MIN_GAIN = 0.05
 #: 2: ours timed by its unchecked call (format 1 timed it through checks costing ~0.9 µs a
-#: call, so tiny products chose ATen's); an older format's choices are measured again.
-CACHE_FORMAT = 2
+#: call, so tiny products chose ATen's); 3: each candidate's first call timed too (``setup``);
+#: an older format's choices are measured again.
+CACHE_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -73,11 +75,33 @@ class Choice:
     timings_us: dict[str, float] = field(default_factory=dict)
     #: "measured", "cached" or "default (...)" saying why nothing was measured
     how: str = "measured"
+    #: per candidate, what its first call at the measured size took beyond its best time,
+    #: µs: work a kernel does once per shape (oneDNN makes a primitive for each, ~0.3 ms)
+    setup_us: dict[str, float] = field(default_factory=dict)
 
     def describe(self) -> str:
         times = ", ".join(f"{n} {t:.1f}" for n, t in sorted(self.timings_us.items(),
                                                             key=lambda kv: kv[1]))
-        return f"{self.name} ({self.how}{'; µs: ' + times if times else ''})"
+        later = self.interim()
+        then = (f"; a new size: {later[0]} for its first {later[1]} calls "
+                f"({self.name}'s first call there {self.setup_us[self.name]:.0f} µs more)"
+                if later else "")
+        return f"{self.name} ({self.how}{'; µs: ' + times if times else ''}{then})"
+
+    def interim(self) -> tuple[str, int] | None:
+        """Where a choice shared by sizes (a bucket) costs setup at each new size, which
+        kernel serves a new size first, and after how many calls the chosen one takes over:
+        the candidate whose first call costs least (its time plus its setup) serves until
+        the calls made there would have repaid the chosen one's setup by what it saves a
+        call. None where the chosen one is that candidate (or nothing was measured)."""
+        times, setup = self.timings_us, self.setup_us
+        if self.name not in times or not setup:
+            return None
+        first = min(times, key=lambda n: times[n] + setup.get(n, 0.0))
+        saved = times[first] - times[self.name]
+        if first == self.name or saved <= 0:
+            return None
+        return first, math.ceil(setup.get(self.name, 0.0) / saved)
 
 
 def cpu_identity() -> str:
@@ -244,7 +268,8 @@ class KernelChooser:
             return None
         with self._lock:
             self.cached += 1
-        return Choice(entry["choice"], dict(entry.get("us", {})), "cached")
+        return Choice(entry["choice"], dict(entry.get("us", {})), "cached",
+                      dict(entry.get("setup_us", {})))
 
     def choose(self, key: str, names: tuple[str, ...],
                make: Callable[[], dict[str, Candidate]], default: str) -> Choice:
@@ -268,16 +293,17 @@ class KernelChooser:
             start = time.perf_counter()
             try:
                 budget = min(self.node_budget_s, self.model_budget_s - self.spent_s)
-                timings, dropped = _measure(make(), default, budget)
+                timings, dropped, firsts = _measure(make(), default, budget)
             finally:
                 self.spent_s += time.perf_counter() - start
                 self.measured += 1
         best = pick(timings, default)
-        entry = {"choice": best, "us": {n: round(t, 2) for n, t in timings.items()}}
+        entry = {"choice": best, "us": {n: round(t, 2) for n, t in timings.items()},
+                 "setup_us": {n: round(max(0.0, firsts[n] - t), 1) for n, t in timings.items()}}
         if dropped:
             entry["dropped"] = dropped
         self.cache.put(self.full_key(key, names), entry)
-        return Choice(best, entry["us"], "measured")
+        return Choice(best, entry["us"], "measured", entry["setup_us"])
 
     def summary(self) -> str:
         return (f"kernel choice: {self.measured} measured, {self.cached} from the cache, "
@@ -368,10 +394,10 @@ def pick(timings_us: dict[str, float], default: str) -> str:
     return best
 
 
-def _measure(candidates: dict[str, Candidate], default: str,
-             budget_s: float) -> tuple[dict[str, float], dict[str, str]]:
-    """Best-of times in µs of the candidates that agree with ``default``'s result, and why
-    the others were dropped."""
+def _measure(candidates: dict[str, Candidate], default: str, budget_s: float
+             ) -> tuple[dict[str, float], dict[str, str], dict[str, float]]:
+    """Best-of times in µs of the candidates that agree with ``default``'s result, why
+    the others were dropped, and each one's first call in µs."""
     if default not in candidates:
         raise ValueError(f"the default kernel {default!r} is not among the candidates "
                          f"{sorted(candidates)}")
@@ -384,11 +410,14 @@ def _measure(candidates: dict[str, Candidate], default: str,
     runs: dict[str, Candidate] = {}
     loops: dict[str, int] = {}
     dropped: dict[str, str] = {}
+    firsts: dict[str, float] = {}
     reference = None
     for name in (default, *[n for n in candidates if n != default]):
         fn = candidates[name]
         try:
+            t0 = clock()
             result = fn()
+            firsts[name] = (clock() - t0) * 1e6
         except RuntimeError as e:  # a kernel that refuses these arguments
             if name == default:
                 raise
@@ -421,7 +450,7 @@ def _measure(candidates: dict[str, Candidate], default: str,
         now = clock()
         if now >= hard_deadline or (round_ + 1 >= _MIN_ROUNDS and now >= deadline):
             break
-    return {n: t * 1e6 for n, t in best.items()}, dropped
+    return {n: t * 1e6 for n, t in best.items()}, dropped, firsts
 
 
 def _agrees(result: torch.Tensor, reference: torch.Tensor) -> bool:
