@@ -310,30 +310,29 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
             kernels.drop_native()  # its packed copy of the weight serves no row count
         return choice.name
 
-    def fold(x: torch.Tensor):
-        """``x`` as a contiguous (rows, k) matrix, or None."""
-        if x.dtype is not f32 or x.device.type != "cpu" or x.shape[-1:] != (k,) \
+    def rows_of(x: torch.Tensor) -> int:
+        """How many rows ``x`` has as a contiguous (rows, k) matrix, or -1 if it is none."""
+        if x.dtype is not f32 or not x.is_cpu or x.shape[-1:] != (k,) \
                 or not x.is_contiguous():
-            return None
+            return -1
         rank = x.dim()
         if rank == 2:
-            return x
+            return x.shape[0]
         if rank == 1 and 1 in ranks:
-            return x.unsqueeze(0)
+            return 1
         if rank >= 3 and (any_rank or rank in ranks):
-            return x.view(-1, k)
-        return None
+            return x.numel() // k
+        return -1
 
-    def serving(x2, out) -> tuple[str, tuple[int, str] | None]:
-        """The kernel to serve ``x2``'s row count now (its bucket's choice, or the bucket's
+    def serving(x, rows: int, out) -> tuple[str, tuple[int, str] | None]:
+        """The kernel to serve ``rows`` rows now (its bucket's choice, or the bucket's
         interim one at a row count other than the first), and where the choice takes over
         later: (after how many calls, its name)."""
-        rows = x2.shape[0]
         key = (size_bucket(rows), threads())
         name = chosen.get(key)
         if name is None:
             o2 = None if out is None else out.view(rows, n)
-            return decide(x2, o2, key), None  # (its setup paid by the measuring)
+            return decide(x.view(rows, k), o2, key), None  # (setup paid by the measuring)
         later = interims.get(key)
         if later is None or measured_at[key] == rows:
             return name, None
@@ -358,20 +357,20 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         key = (x.shape, t)
         call = fn_calls.get(key)
         if call is None:
-            x2 = fold(x)
-            if x2 is None:
+            rows = rows_of(x)
+            if rows < 0:
                 return default_fn(*args)
-            call = remember(fn_calls, key, allocating_call(x, x2, key))
+            call = remember(fn_calls, key, allocating_call(x, rows, key))
         elif x.dtype is not f32 or not x.is_cpu or not x.is_contiguous():
             return default_fn(*args)
         last_fn[0] = (x.shape, t, call)
         return call(x)
 
-    def allocating_call(x, x2, key):
-        """``call(x) -> result`` for inputs of ``x``'s shape (``x2``: it folded; ``key``: its
-        entry in ``fn_calls``)."""
-        name, later = serving(x2, None)
-        rows, shape, flat = x2.shape[0], (*x.shape[:-1], n), x2 is x
+    def allocating_call(x, rows: int, key):
+        """``call(x) -> result`` for inputs of ``x``'s shape (``rows`` rows folded; ``key``:
+        its entry in ``fn_calls``)."""
+        name, later = serving(x, rows, None)
+        shape, flat = (*x.shape[:-1], n), x.dim() == 2
         call = _allocating(kernels, name, rows, shape, flat)
         if later is None:
             return call
@@ -394,24 +393,24 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         key = (x.shape, t)
         call = out_calls.get(key)
         if call is None:
-            x2 = fold(x)
-            ok = x2 is not None
+            rows = rows_of(x)
+            ok = rows >= 0
         else:
             ok = x.dtype is f32 and x.is_cpu and x.is_contiguous()
         if not ok or out.dtype is not f32 or not out.is_contiguous() \
                 or out.shape != (*x.shape[:-1], n):
             return default_out(out, *args)
         if call is None:
-            call = remember(out_calls, key, writing_call(x2, out, key))
+            call = remember(out_calls, key, writing_call(x, rows, out, key))
         last_out[0] = (out, x.shape, t, call)
         call(x, out)
         return out
 
-    def writing_call(x2, out, key):
-        """``call(x, out)`` for inputs of ``x2``'s unfolded shape (``out``: a tensor it is
-        to write, where the candidates are timed; ``key``: its entry in ``out_calls``)."""
-        rows = x2.shape[0]
-        name, later = serving(x2, out)
+    def writing_call(x, rows: int, out, key):
+        """``call(x, out)`` for inputs of ``x``'s shape (``rows`` rows folded; ``out``: a
+        tensor it is to write, where the candidates are timed; ``key``: its entry in
+        ``out_calls``)."""
+        name, later = serving(x, rows, out)
         flat = out.dim() == 2
         call = _writing(kernels, name, rows, flat)
         if later is None:
