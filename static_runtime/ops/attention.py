@@ -149,22 +149,33 @@ class _Kernel:
         bucket = _bucket(q, k, key)
         order = _dense_order(expected)
         if order is not None:
-            ckernels.remember(self.orders, (bucket, _pattern(q, k, v, mask, expected.shape)),
-                              order)
-        B, H, Lq, D = q.shape
-        Lk, Dv = k.shape[2], v.shape[3]
+            ckernels.remember(self.orders, self._order_key(bucket, what, q, k, v, mask,
+                                                           expected.shape), order)
         name = self.per_shape.chosen.get(bucket)
         if name is None:
-            masking = ("causal" if self.causal else "none" if mask is None
-                       else f"{mask.dtype} {_mask_strides(mask, (B, H, Lq, Lk))}")
-            layout = "/".join(str(t.is_contiguous()) for t in (q, k, v))
-            problem = (f"{what} float32 B={B} H={H} Hk={k.shape[1]} Lq<={bucket[0][2]} "
-                       f"Lk<={bucket[0][3]} D={D} Dv={Dv} mask={masking} "
-                       f"contiguous={layout}")
-            name = self.per_shape.choose(bucket, problem,
+            name = self.per_shape.choose(bucket, self._problem(what, q, k, v, mask, bucket),
                                          lambda: {"aten": again,
                                                   "native": lambda: direct(q, k, v, mask)})
         return ckernels.remember(self.calls, key, direct if name == "native" else None)
+
+    def _problem(self, what: str, q, k, v, mask, bucket: tuple) -> str:
+        """What a bucket's choice is remembered by (on disk too)."""
+        B, H, Lq, D = q.shape
+        Lk, Dv = k.shape[2], v.shape[3]
+        # (the mask's strides by kind, not value: a length's strides would name one length)
+        masking = ("causal" if self.causal else "none" if mask is None else
+                   f"{mask.dtype} " + "".join("b" if s == 0 else "1" if s == 1 else "s"
+                                              for s in _mask_strides(mask, (B, H, Lq, Lk))))
+        layout = "/".join(str(t.is_contiguous()) for t in (q, k, v))
+        return (f"{what} float32 B={B} H={H} Hk={k.shape[1]} Lq<={bucket[0][2]} "
+                f"Lk<={bucket[0][3]} D={D} Dv={Dv} mask={masking} contiguous={layout}")
+
+    @staticmethod
+    def _order_key(bucket: tuple, what: str, q, k, v, mask, out_shape) -> tuple:
+        """What the default's result layout is remembered by: PyTorch's operator picks its
+        kernel by layouts, not lengths (every bucket shares it); a fused node's own choice
+        between it and the written-out operators is kept per bucket."""
+        return (None if what == "sdpa" else bucket, _pattern(q, k, v, mask, out_shape))
 
     def serve(self, q, k, v, mask, factor: float, default_call: Callable[[], Any], what: str,
               transposed: bool = False):
@@ -183,7 +194,7 @@ class _Kernel:
         else:
             if transposed:
                 k = k.transpose(2, 3)
-            call = self.known(key, q, k, v, mask, factor)
+            call = self.known(key, q, k, v, mask, factor, what)
             if call is _UNDECIDED:
                 expected = default_call()
                 call = self.decide(key, q, k, v, mask, factor, expected, default_call, what)
@@ -194,19 +205,24 @@ class _Kernel:
         out = call(q, k, v, mask)
         return out if out is not None else default_call()
 
-    def known(self, key: tuple, q, k, v, mask, factor: float):
-        """The call for a new ``key`` whose bucket is decided (kept), made without running
-        the default: ours with its result dense in the order the default's was at an earlier
-        key of the same bucket and argument layouts, or None (the default's). ``_UNDECIDED``
-        where the bucket or that order is not known yet."""
+    def known(self, key: tuple, q, k, v, mask, factor: float, what: str):
+        """The call for a new ``key`` whose bucket is decided or remembered on disk (kept),
+        made without running the default: ours with its result dense in the order the
+        default's was at an earlier key of the same argument layouts, or None (the
+        default's). ``_UNDECIDED`` where the bucket's choice or that order is not known."""
         bucket = _bucket(q, k, key)
+        shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
         name = self.per_shape.chosen.get(bucket)
         if name is None:
-            return _UNDECIDED
+            if self.orders.get(self._order_key(bucket, what, q, k, v, mask, shape)) is None:
+                return _UNDECIDED
+            name = self.per_shape.remembered(bucket, self._problem(what, q, k, v, mask,
+                                                                   bucket))
+            if name is None:
+                return _UNDECIDED
         if name != "native":
             return ckernels.remember(self.calls, key, None)
-        shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
-        order = self.orders.get((bucket, _pattern(q, k, v, mask, shape)))
+        order = self.orders.get(self._order_key(bucket, what, q, k, v, mask, shape))
         if order is None:
             return _UNDECIDED
         direct = self.direct_for(q, k, v, mask, factor, shape, _strides_in(shape, order))
@@ -225,8 +241,8 @@ def _bucket(q, k, key: tuple) -> tuple:
 
 def _order(t: torch.Tensor) -> tuple[int, ...]:
     """``t``'s dimensions from the largest stride to the smallest (ties by position)."""
-    strides = t.stride()
-    return tuple(sorted(range(t.dim()), key=lambda d: (-strides[d], d)))
+    strides = t.stride()  # (a stable sort: reversed, equal strides keep their order)
+    return tuple(sorted(range(len(strides)), key=strides.__getitem__, reverse=True))
 
 
 def _pattern(q, k, v, mask, out_shape) -> tuple:

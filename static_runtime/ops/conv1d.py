@@ -1,6 +1,8 @@
 """``aten::conv1d`` with a constant weight: under ``StaticModuleOptions(kernel_choice=
-"measure")`` its kernel is chosen per input shape and thread count by measurement
-(``ops/kernels.py``), as ``ops/conv.py`` does for the fused 2-D convolution.
+"measure")`` its kernel is chosen by measurement (``ops/kernels.py``) per thread count and
+bucket of positions (batch × length, up to the same power of two: a new length measures
+nothing where its bucket was measured), as ``ops/conv.py`` does for the fused 2-D convolution
+by pixels.
 
 The candidates, each returning what ``conv1d`` returns (a contiguous tensor):
 
@@ -28,7 +30,7 @@ import torch
 
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
-from static_runtime.ops.kernels import KernelChooser, PerShape
+from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
 from static_runtime.ops.registry import labelled, register_measured, register_native
 from static_runtime.ops.selection import constant_value
 
@@ -97,19 +99,23 @@ def measured_conv1d(found: tuple, chooser: KernelChooser, default: Callable[...,
             f"groups={groups} bias={bias is not None}")
 
     def decide(x: torch.Tensor, key: tuple) -> str:
-        return per_shape.choose(key, f"conv1d float32 x={tuple(x.shape)} contiguous {spec}",
+        # (a bucket of positions, as a 2-D convolution's pixels: traffic of every length
+        # brings a new one on most calls, and a measurement costs ~20 ms)
+        return per_shape.choose(key, f"conv1d float32 positions<={key[0][0]} channels="
+                                     f"{x.shape[1]} contiguous {spec}",
                                 lambda: {n: (lambda k=k: k(x)) for n, k in kernels.items()})
 
-    @labelled("conv1d: kernel chosen per input shape by measurement")
+    @labelled("conv1d: kernel chosen per bucket of positions by measurement")
     def fn(x, w, b, *rest):
         if w is weight and b is bias and x.dtype is f32 and x.dim() == 3 \
                 and x.is_cpu and x.is_contiguous() and not x.is_mkldnn:
-            key = (x.shape, threads())
+            shape = x.shape
+            key = ((size_bucket(shape[0] * shape[2]), shape[1]), threads())
             return kernels[chosen.get(key) or decide(x, key)](x)
         return default(x, w, b, *rest)
 
     return per_shape.expose(fn, ("conv1d", tuple(weight.shape), stride, padding, dilation,
-                                 groups, bias is not None))
+                                 groups, bias is not None), ("positions<=", "channels="))
 
 
 def _aten(weight, bias, stride, padding, dilation, groups):

@@ -349,6 +349,16 @@ class PerShape:
         self.choices[key] = choice
         return choice.name
 
+    def remembered(self, key: tuple, problem: str) -> str | None:
+        """The kernel for ``key`` if the chooser remembers ``problem``'s choice (kept), else
+        None: nothing is measured."""
+        choice = self.chooser.lookup(problem, self.names)
+        if choice is None:
+            return None
+        self.chosen[key] = choice.name
+        self.choices[key] = choice
+        return choice.name
+
     def expose(self, fn: Callable, problem: tuple, sizes: tuple[str, ...] | None = None
                ) -> Callable:
         """``fn`` with ``status()`` (each shape's choice and its timings), ``choices`` and

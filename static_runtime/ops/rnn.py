@@ -1,7 +1,8 @@
 """``aten::lstm`` / ``aten::gru`` and their cells ``aten::lstm_cell`` / ``aten::gru_cell``
 with constant weights: under ``StaticModuleOptions(kernel_choice="measure")`` their kernel is
-chosen per input shape (a cell's: per batch up to the same power of two) and thread count by
-measurement (``ops/kernels.py``), as ``ops/conv1d.py`` does for 1-D convolutions.
+chosen per batch and sequence length up to the same powers of two (a cell's: per batch) and
+thread count by measurement (``ops/kernels.py``), as ``ops/conv1d.py`` does for 1-D
+convolutions: a new length measures nothing where its bucket was measured.
 
 The candidates, each returning ATen's outputs:
 
@@ -86,7 +87,9 @@ def _measured_factory(mode: str):
 
         def decide(x, hx, state, rest, key) -> str:
             layout = "contiguous" if x.is_contiguous() else "strided"
-            name = per_shape.choose(key, f"{mode} float32 x={tuple(x.shape)} {layout} {spec}",
+            (batch, steps, features), _ = key
+            name = per_shape.choose(key, f"{mode} float32 B<={batch} T<={steps} "
+                                         f"features={features} {layout} {spec}",
                                     lambda: {"aten": lambda: aten(x, hx, params, *rest)[0],
                                              "native": lambda: run_native(
                                                  x.contiguous(), state)[0]})
@@ -94,7 +97,7 @@ def _measured_factory(mode: str):
                 native[0] = None  # its packed weights serve no shape
             return name
 
-        @labelled(f"{mode}: kernel chosen per input shape by measurement")
+        @labelled(f"{mode}: kernel chosen per batch and length bucket by measurement")
         def fn(x, hx, params_, *rest):
             if params_ is params and x.dtype is f32 and x.dim() == 3 and x.is_cpu \
                     and x.numel() > 0:
@@ -102,7 +105,8 @@ def _measured_factory(mode: str):
                 batch = x.shape[0] if batch_first else x.shape[1]
                 if all(isinstance(s, torch.Tensor) and s.dtype is f32 and s.is_cpu
                        and s.dim() == 3 and s.shape[1] == batch for s in state):
-                    key = (x.shape, threads())
+                    steps = x.shape[1] if batch_first else x.shape[0]
+                    key = ((size_bucket(batch), size_bucket(steps), x.shape[2]), threads())
                     name = chosen.get(key) or decide(x, hx, state, rest, key)
                     if name == "native":
                         # (a strided input — a conv net's (B, C, T) output transposed — is
@@ -111,7 +115,7 @@ def _measured_factory(mode: str):
             return default(x, hx, params_, *rest)
 
         return per_shape.expose(fn, (mode, num_layers, bidirectional, batch_first,
-                                     tuple(weights[1].shape)))
+                                     tuple(weights[1].shape)), ("B<=", "T<=", "features="))
 
     return factory
 

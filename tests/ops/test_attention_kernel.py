@@ -140,6 +140,44 @@ def test_new_lengths_of_a_decided_bucket_keep_pytorchs_strides_and_values(forced
     assert ": native (forced)" in mod.describe()
 
 
+def test_a_bucket_remembered_on_disk_runs_ours_without_pytorchs_operator(monkeypatch):
+    # One module measures two length buckets; another (the same cache: a second process, a
+    # loaded module) meets the first bucket, then the second: there it takes the remembered
+    # choice, and the result's layout from the first, without running PyTorch's operator.
+    def f(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, m)
+
+    g = torch.Generator().manual_seed(5)
+
+    def args(length):
+        q, k, v = (torch.randn(2, length, 3, 16, generator=g).transpose(1, 2)
+                   for _ in range(3))
+        return q, k, v, torch.randn(2, 1, 1, length, generator=g)
+
+    first = sr.StaticModule(torch.jit.script(f), MEASURE)
+    for length in (9, 20):
+        first(*args(length))
+    assert first.kernels.measured == 2
+    sdpa, ran = torch._C._nn.scaled_dot_product_attention, []
+
+    def counted(*a, **kw):
+        ran.append(a[0].shape[2])
+        return sdpa(*a, **kw)
+
+    monkeypatch.setattr(torch._C._nn, "scaled_dot_product_attention", counted)
+    second = sr.StaticModule(torch.jit.script(f), MEASURE)
+    for length in (9, 21, 22, 9):
+        a = args(length)
+        got, want = second(*a), sdpa(*a)
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert second.kernels.measured == 0
+    native = ": native (cached" in second.describe()
+    # the first length runs PyTorch's operator to learn its result's layout; the others
+    # run it only where the remembered choice is PyTorch's own
+    assert ran[:1] == [9] and (21 not in ran) == native, (ran, second.describe())
+
+
 def test_a_row_masked_entirely_gives_pytorchs_answer(forced):
     forced("native")
     fn = torch.jit.CompilationUnit(

@@ -46,7 +46,24 @@ def test_differential_two_shape_sets():
     mod = check(Temporal().eval(), first, second, options=OPTIONS)["measure"]
     labels = [pn.impl.label for pn in mod.plan.nodes() if pn.kind == "aten::conv1d"]
     assert len(labels) == 3 and all("by measurement" in label for label in labels)
-    assert "x=(3, 4, 11) threads=" in mod.describe()
+    assert "positions<=64 channels=4 threads=" in mod.describe()
+
+
+def test_new_lengths_of_a_measured_bucket_measure_nothing():
+    # Traffic of every length: batch × length up to the same power of two share a choice
+    # (lengths 17…20 stay in one bucket at every layer here).
+    model = Temporal().eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    torch.manual_seed(4)
+    measured = []
+    for length in (17, 18, 19, 20, 18):
+        x = torch.randn(1, 4, length)
+        before = x.clone()
+        for got, want in zip(mod(x), model(x)):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        assert torch.equal(x, before)
+        measured.append(mod.kernels.measured)
+    assert measured[0] > 0 and len(set(measured)) == 1, measured
 
 
 @pytest.mark.parametrize("name", ["aten", "onednn", "native"])

@@ -43,7 +43,24 @@ def test_differential_two_shape_sets():
     mod = check(Recurrents().eval(), first, second, options=OPTIONS)["measure"]
     labels = [pn.impl.label for pn in mod.plan.nodes() if pn.kind in ("aten::lstm", "aten::gru")]
     assert len(labels) == 2 and all("by measurement" in label for label in labels)
-    assert "x=(3, 4, 6) threads=" in mod.describe()
+    assert "B<=4 T<=4 features=6 threads=" in mod.describe()
+
+
+def test_new_lengths_of_a_measured_bucket_measure_nothing():
+    # Traffic of every length: sequence lengths up to the same power of two share a choice
+    # (each length measured on its own cost ~20 ms a node on its first call).
+    model = Recurrents().eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    torch.manual_seed(3)
+    measured = []
+    for steps in (5, 6, 7, 8, 6):
+        x, h0 = torch.randn(1, steps, 6), torch.randn(2, 1, 17)
+        before = x.clone()
+        for got, want in zip(mod(x, h0), model(x, h0)):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+        assert torch.equal(x, before)
+        measured.append(mod.kernels.measured)
+    assert measured[0] > 0 and len(set(measured)) == 1, measured
 
 
 @pytest.mark.parametrize("name", ["aten", "native"])

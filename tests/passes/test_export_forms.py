@@ -67,4 +67,4 @@ def test_an_exported_lstm_gets_its_weights_as_one_constant_and_is_measured():
             want = model(x)
         for _ in range(2):
             torch.testing.assert_close(mod(x), want, rtol=1e-4, atol=1e-5)
-    assert "lstm: kernel chosen per input shape by measurement" in mod.describe()
+    assert "lstm: kernel chosen per batch and length bucket by measurement" in mod.describe()

@@ -182,7 +182,8 @@ class CodegenExecutor(Interpreter):
         recommender 8 % of the mean, every size there coming back)."""
         memory = self.memory
         layouts = memory.layouts
-        if len(layouts) < layouts.maxsize:
+        import os
+        if len(layouts) < layouts.maxsize and not os.environ.get("SR_ONCE"):
             return None
         key = signature(inputs)
         if key == self._key or key in layouts:
