@@ -50,7 +50,7 @@ import torch
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
 from static_runtime.ops.ckernels import remember
-from static_runtime.ops.kernels import KernelChooser, size_bucket
+from static_runtime.ops.kernels import PER_SHAPE_SETUP, KernelChooser, size_bucket
 from static_runtime.ops.native.fused import LINEAR_POINTWISE, LINEAR_POSTOPS
 from static_runtime.ops.registry import labelled, register_measured
 from static_runtime.ops.selection import _LINEAR, constant_value
@@ -297,7 +297,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
                                  kernels.direct(name, rows), n) for name in names}
 
         choice = chooser.choose(problem, names, make, default="aten")
-        later = interims[key] = choice.interim()
+        later = interims[key] = choice.interim(PER_SHAPE_SETUP)
         serve = {choice.name, later[0]} if later else {choice.name}
         if "mkl" not in serve:
             kernels.mkl_packs.pop(key[0], None)
@@ -434,7 +434,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         if not choices:
             return "no kernel chosen yet"
         return "; ".join(f"M<={b} threads={t} (measured at M={measured_at[b, t]}): "
-                         f"{c.describe()}" for (b, t), c in sorted(choices.items()))
+                         f"{c.describe(PER_SHAPE_SETUP)}" for (b, t), c in sorted(choices.items()))
 
     for f in (fn, out_fn):
         f.status = status  # type: ignore[attr-defined]

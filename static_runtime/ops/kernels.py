@@ -59,6 +59,9 @@ _MIN_ROUNDS, _MAX_ROUNDS = 3, 15
 _HARD_FACTOR = 3
 #: Another kernel replaces the default only if it takes at most (1 - this) of its time.
 MIN_GAIN = 0.05
+#: Candidates that make something for each shape they meet, timed in their first call there:
+#: oneDNN compiles a primitive per shape (0.3–0.7 ms for a product of 50 µs).
+PER_SHAPE_SETUP = ("onednn",)
 #: 2: ours timed by its unchecked call (format 1 timed it through checks costing ~0.9 µs a
 #: call, so tiny products chose ATen's); 3: each candidate's first call timed too (``setup``);
 #: an older format's choices are measured again.
@@ -79,22 +82,28 @@ class Choice:
     #: µs: work a kernel does once per shape (oneDNN makes a primitive for each, ~0.3 ms)
     setup_us: dict[str, float] = field(default_factory=dict)
 
-    def describe(self) -> str:
+    def describe(self, per_shape: tuple[str, ...] = ()) -> str:
+        """The choice and its timings; with ``per_shape`` (see ``interim``), what serves a
+        new size first where that is another kernel."""
         times = ", ".join(f"{n} {t:.1f}" for n, t in sorted(self.timings_us.items(),
                                                             key=lambda kv: kv[1]))
-        later = self.interim()
+        later = self.interim(per_shape)
         then = (f"; a new size: {later[0]} for its first {later[1]} calls "
                 f"({self.name}'s first call there {self.setup_us[self.name]:.0f} µs more)"
                 if later else "")
         return f"{self.name} ({self.how}{'; µs: ' + times if times else ''}{then})"
 
-    def interim(self) -> tuple[str, int] | None:
+    def interim(self, per_shape: tuple[str, ...] = ()) -> tuple[str, int] | None:
         """Where a choice shared by sizes (a bucket) costs setup at each new size, which
         kernel serves a new size first, and after how many calls the chosen one takes over:
         the candidate whose first call costs least (its time plus its setup) serves until
         the calls made there would have repaid the chosen one's setup by what it saves a
-        call. None where the chosen one is that candidate (or nothing was measured)."""
-        times, setup = self.timings_us, self.setup_us
+        call. ``per_shape``: the candidates whose setup recurs at each new size (the others'
+        first call is timed too, but what it costs beyond the next — a library's first use,
+        cold code — is paid once, not per size). None where the chosen one is that
+        candidate, or nothing was measured."""
+        times = self.timings_us
+        setup = {n: t for n, t in self.setup_us.items() if n in per_shape}
         if self.name not in times or not setup:
             return None
         first = min(times, key=lambda n: times[n] + setup.get(n, 0.0))

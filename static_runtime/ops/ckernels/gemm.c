@@ -153,13 +153,6 @@ void sr_gemm_block(const float *a, float *c, const int64_t *p) {
             p[4], p[5], p[6], (int)p[7]);
 }
 
-/* sr_gemm_block with the row count given apart (p[4] unread): one block serves every row
-   count, so a new size makes no block of its own. */
-void sr_gemm_rows(const float *a, float *c, int64_t m, const int64_t *p) {
-    sr_gemm(a, p[0], (const float *)(intptr_t)p[1], (const float *)(intptr_t)p[2], c, p[3],
-            m, p[5], p[6], (int)p[7]);
-}
-
 /* A gated product, silu(A · G + g) ⊙ (A · U + u) for (K × H) G and U (a SwiGLU MLP's gate and
    up projections): B packed from their columns interleaved in blocks of 16 — panel p holds
    G's columns 16p .. 16p + 15 then U's (zero past H) —, so a tile's two halves are the gate
