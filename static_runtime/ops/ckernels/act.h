@@ -63,9 +63,33 @@ static inline __attribute__((always_inline)) void sr_store16(float *p, v16 v, in
 #endif
 }
 
-#define SR_ACT(V, VI, NAME) \
+/* exp of 16 floats where AVX-512 has min/max, rounding and scaling by a power of two as one
+   instruction each: the same clamps, reduction and polynomial as the generic form below, with
+   n found by rounding x / ln 2 and 2^n · e^r made by scalef — half the operations of bit
+   selects, the 1.5 · 2^23 rounding trick and an exponent built in integer lanes (a SiLU of
+   16 floats took 5.1 ns against PyTorch's 3.7). */
+#if defined(__AVX512F__)
+#define SR_EXP16 sr_exp16_scalef
+static inline __attribute__((always_inline)) v16 sr_exp16_scalef(v16 x) {
+    /* (min and max return their second operand where either is NaN: a NaN stays NaN) */
+    __m512 v = _mm512_max_ps(_mm512_set1_ps(-87.0f), _mm512_min_ps(_mm512_set1_ps(88.0f),
+                                                                    (__m512)x));
+    __m512 nf = _mm512_roundscale_ps(_mm512_mul_ps(v, _mm512_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    v16 n = (v16)nf;
+    v16 r = (v16)v - n * 0.693145751953125f - n * 1.428606765330187e-06f;
+    v16 p = r * (1.0f / 5040) + 1.0f / 720;
+    p = p * r + 1.0f / 120; p = p * r + 1.0f / 24; p = p * r + 1.0f / 6; p = p * r + 0.5f;
+    p = p * r + 1.0f; p = p * r + 1.0f;
+    return (v16)_mm512_scalef_ps((__m512)p, nf);
+}
+#else
+#define SR_EXP16 sr_act16_exp_generic
+#endif
+
+#define SR_ACT(V, VI, NAME, EXP) \
 static inline __attribute__((always_inline)) V NAME##_sel(VI m, V a, V b) { return (V)(((VI)a & m) | ((VI)b & ~m)); } \
-static inline __attribute__((always_inline)) V NAME##_exp(V x) { \
+static inline __attribute__((always_inline)) V NAME##_exp_generic(V x) { \
     const V zero = {0}; \
     x = NAME##_sel(x > zero + 88.0f, zero + 88.0f, x);  /* (a NaN stays NaN) */ \
     x = NAME##_sel(x < zero - 87.0f, zero - 87.0f, x); \
@@ -80,6 +104,7 @@ static inline __attribute__((always_inline)) V NAME##_exp(V x) { \
     p = p * r + 1.0f / 6; p = p * r + 0.5f; p = p * r + 1.0f; p = p * r + 1.0f; \
     V scale = (V)((n + 127) << 23); \
     return p * scale; } \
+static inline __attribute__((always_inline)) V NAME##_exp(V x) { return EXP(x); } \
 static inline __attribute__((always_inline)) V NAME##_sigmoid(V x) { \
     return NAME##_recip(1.0f + NAME##_exp(-x)); } \
 static inline __attribute__((always_inline)) V NAME##_tanh(V x) { /* odd: a series near 0, else 1 - 2 / (e^2|x| + 1) */ \
@@ -131,8 +156,8 @@ static __attribute__((unused)) void NAME##_many(V *x, int64_t n, int act) { \
     case 7: for (int64_t i = 0; i < n; i++) x[i] = NAME##_tanh(x[i]); return; \
     case 8: for (int64_t i = 0; i < n; i++) x[i] = NAME##_gelu_tanh(x[i]); return; \
     default: for (int64_t i = 0; i < n; i++) x[i] = NAME##_clamp(x[i], act); } }
-SR_ACT(v16, vi16, sr_act16)
-SR_ACT(v8, vi8, sr_act8)
+SR_ACT(v16, vi16, sr_act16, SR_EXP16)
+SR_ACT(v8, vi8, sr_act8, sr_act8_exp_generic)
 
 static inline float sr_act1(float x, int act) {
     if (act >= 4) {  /* through the vector form: the same numbers whatever the lane */
