@@ -84,6 +84,12 @@ L2_NORMALIZE = "static_runtime::l2_normalize(Tensor input, int dim, float eps) -
 GATED_LINEAR = ("static_runtime::gated_linear(Tensor input, Tensor gate_weight, "
                 "Tensor? gate_bias, Tensor up_weight, Tensor? up_bias) -> Tensor")
 
+#: ``act(linear(input, weight, bias) + residual)``, ``attr`` one of ``LINEAR_POSTOPS``' names
+#: (``passes/residual.py``): a product and the residual added to it, as a transformer's
+#: output projections and a recurrence ``tanh(W h + U x)`` make them.
+LINEAR_RESIDUAL = ("static_runtime::linear_residual(Tensor input, Tensor weight, Tensor? bias, "
+                   "Tensor residual, str attr) -> Tensor")
+
 #: ``bool(op(self, other))`` for ``op`` one of ``lt le gt ge eq ne`` and a constant number
 #: ``other``: a data-dependent condition (``if x.mean() > 0``, ``while delta > tol``) as one
 #: node, with no tensor made for the comparison (``passes/conditions.py``).
@@ -93,7 +99,7 @@ COMPARE_SCALAR = "static_runtime::compare_scalar(Tensor self, Scalar other, str 
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
            LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM, EMBEDDINGS, EMBEDDING_BAGS,
            EMBEDDING_BAG_ROWS, COMPARE_SCALAR,
-           L2_NORMALIZE, GATED_LINEAR)
+           L2_NORMALIZE, GATED_LINEAR, LINEAR_RESIDUAL)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

@@ -188,6 +188,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         gemm,
         norms,
         out_variants,
+        residual,
         rnn,
         scalar_operands,
         selection,

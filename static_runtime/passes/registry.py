@@ -31,6 +31,7 @@ from static_runtime.passes.norms import fuse_l2_normalize, fuse_rms_norm
 from static_runtime.passes.packing import pack_linears
 from static_runtime.passes.recurrent import compile_recurrent
 from static_runtime.passes.regions import fuse_regions
+from static_runtime.passes.residual import fuse_linear_residual
 from static_runtime.passes.transformer import fuse_transformer_encoder
 from static_runtime.passes.tuples import merge_tuple_unpacks
 from static_runtime.passes.unroll import unroll_loops
@@ -55,6 +56,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "fuse_scalar_compare": fuse_scalar_compare,
         "fold_batchnorm": fold_batchnorm,
         "fuse_gated_linear": fuse_gated_linear,
+        "fuse_linear_residual": fuse_linear_residual,
         "pack_linears": pack_linears,
         "fuse_attention": fuse_attention,
         "fuse_rms_norm": fuse_rms_norm,

@@ -72,6 +72,10 @@ class StaticModuleOptions:
     #: measured (our product with the gated epilogue; ``passes/gated.py``), with
     #: ``kernel_choice="measure"``
     fuse_gated_linear: bool = True
+    #: ``act(linear(x, W, b) + r)`` (a residual added to a product: transformers' output
+    #: projections, recurrences) → one node whose kernel is measured (our product adding
+    #: ``r`` in its epilogue; ``passes/residual.py``), with ``kernel_choice="measure"``
+    fuse_linear_residual: bool = True
     #: GELU's tanh approximation written out (GPT-2's gelu_new: eight operators) →
     #: ``aten::gelu(x, approximate="tanh")`` (``passes/gelu.py``)
     fuse_gelu: bool = True
@@ -218,5 +222,6 @@ class StaticModuleOptions:
         enabled["fuse_rms_norm"] &= self.kernel_choice == "measure"
         enabled["fuse_l2_normalize"] &= self.kernel_choice == "measure"
         enabled["fuse_gated_linear"] &= self.kernel_choice == "measure"
+        enabled["fuse_linear_residual"] &= self.kernel_choice == "measure"
         enabled["fuse_linear_activation"] &= self.kernel_choice == "measure"
         return enabled

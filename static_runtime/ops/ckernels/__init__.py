@@ -185,6 +185,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.restype = ctypes.c_int
         fn.argtypes = [_PTR, _PTR, _PTR]
+    lib.sr_gemm_res_block.restype = None
+    lib.sr_gemm_res_block.argtypes = [_PTR, _PTR, _PTR, _PTR]
     lib.sr_rms_norm.restype = None
     lib.sr_rms_norm.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, ctypes.c_float]
     lib.sr_layer_norm.restype = None
@@ -332,6 +334,7 @@ class Gemm:
             self.bias[:n] = bias.detach()
         self.act = ACTIVATIONS[act]
         self._run = lib.sr_gemm_block
+        self._lib = lib
         #: (rows, row stride of x, row stride of the result) → the call's argument block
         self._blocks: dict[tuple[int, int, int], tuple] = {}
 
@@ -378,6 +381,19 @@ class Gemm:
 
         gemm.keep = self  # type: ignore[attr-defined]  # the packed weight's owner
         return gemm
+
+    def with_residual(self, m: int):
+        """``(x, o, r) -> None`` for ``m`` rows writing ``act(x · W + bias + r)``: ``r`` a
+        contiguous float32 residual of ``o``'s shape (``o`` itself allowed), which the
+        epilogue adds before the activation. Unchecked, as ``direct``."""
+        run = self._lib.sr_gemm_res_block
+        block, address = self._block_for(m, max(self.k, 1), self.n)
+
+        def with_residual(x: torch.Tensor, o: torch.Tensor, r: torch.Tensor) -> None:
+            run(x.data_ptr(), o.data_ptr(), r.data_ptr(), address)
+
+        with_residual.keep = (self, block)  # type: ignore[attr-defined]  # what it names
+        return with_residual
 
     def direct(self, m: int):
         """``(x, o) -> None`` for ``m`` rows, checking nothing: the caller has checked that

@@ -56,17 +56,25 @@ void sr_gemm_pack(const float *b, int64_t ldb, int64_t k, int64_t n, float *out)
 int64_t sr_gemm_nr(void) { return NR; }
 
 /* ROWS rows of A times one panel, k in [k0, k1), into ROWS × width of C: sums start from
-   the bias (first block; zero without one), else from C; the last block applies the
-   activation. A panel's second half is skipped where width <= 16 (N's last panel). */
+   the bias (first block; zero without one) — plus what C holds where first is 2 (a residual
+   added: sr_gemm_acc) —, else from C; the last block applies the activation. A panel's
+   second half is skipped where width <= 16 (N's last panel). */
 static inline __attribute__((always_inline)) void
 tile(int ROWS, int HALVES, const float *a, int64_t lda, const float *panel, const float *bias,
      float *c, int64_t ldc, int64_t k0, int64_t k1, int first, int last, int64_t width,
-     int act, float *gated, int64_t ldg, int64_t gated_width) {
+     int act, float *gated, int64_t ldg, int64_t gated_width, const float *res, int64_t ldr) {
     v16 s[MR][2];
     for (int r = 0; r < ROWS; r++) {
         for (int h = 0; h < HALVES; h++) {
             if (!first) {
                 s[r][h] = sr_load16(c + r * ldc + 16 * h, width - 16 * h);
+            } else if (first == 2) {
+                s[r][h] = sr_load16(res + r * ldr + 16 * h, width - 16 * h);
+                if (bias) {
+                    v16 bv;
+                    memcpy(&bv, bias + 16 * h, 64);
+                    s[r][h] += bv;
+                }
             } else if (bias) {
                 memcpy(&s[r][h], bias + 16 * h, 64);
             } else {
@@ -97,39 +105,44 @@ tile(int ROWS, int HALVES, const float *a, int64_t lda, const float *panel, cons
 #define TILE(R) \
 static void tile##R(const float *a, int64_t lda, const float *panel, const float *bias, \
                     float *c, int64_t ldc, int64_t k0, int64_t k1, int first, int last, \
-                    int64_t width, int act, float *gated, int64_t ldg, int64_t gated_width) { \
+                    int64_t width, int act, float *gated, int64_t ldg, int64_t gated_width, \
+                    const float *res, int64_t ldr) { \
     if (width > 16) tile(R, 2, a, lda, panel, bias, c, ldc, k0, k1, first, last, width, act, \
-                         gated, ldg, gated_width); \
+                         gated, ldg, gated_width, res, ldr); \
     else tile(R, 1, a, lda, panel, bias, c, ldc, k0, k1, first, last, width, act, gated, ldg, \
-              gated_width); }
+              gated_width, res, ldr); }
 TILE(1) TILE(2) TILE(3) TILE(4)
 #if MR == 8
 TILE(5) TILE(6) TILE(7) TILE(8)
 #endif
 
 typedef void (*tile_fn)(const float *, int64_t, const float *, const float *, float *, int64_t,
-                        int64_t, int64_t, int, int, int64_t, int, float *, int64_t, int64_t);
+                        int64_t, int64_t, int, int, int64_t, int, float *, int64_t, int64_t,
+                        const float *, int64_t);
 static const tile_fn TILES[MR + 1] = {0, tile1, tile2, tile3, tile4,
 #if MR == 8
                                       tile5, tile6, tile7, tile8
 #endif
 };
 
-/* bias: NULL or ceil(N / NR) * NR floats (zero past N). */
-void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias, float *c,
-             int64_t ldc, int64_t m, int64_t k, int64_t n, int act) {
-    if (k == 0) {  /* an empty sum: the bias (or zero), activated */
+/* C = act(A · B + bias), or with a residual R (row stride ldr; may be C itself)
+   act(A · B + bias + R). bias: NULL or ceil(N / NR) * NR floats (zero past N). */
+static void gemm(const float *a, int64_t lda, const float *packed, const float *bias, float *c,
+                 int64_t ldc, int64_t m, int64_t k, int64_t n, int act, const float *res,
+                 int64_t ldr) {
+    if (k == 0) {  /* an empty sum: the bias (or zero; plus the residual), activated */
         for (int64_t r = 0; r < m; r++)
             for (int64_t p = 0; p * NR < n; p++) {
                 int64_t width = n - p * NR < NR ? n - p * NR : NR;
                 TILES[1](a, lda, packed, bias ? bias + p * NR : 0, c + r * ldc + p * NR, ldc,
-                         0, 0, 1, 1, width, act, 0, 0, 0);
+                         0, 0, res ? 2 : 1, 1, width, act, 0, 0, 0,
+                         res ? res + r * ldr + p * NR : 0, ldr);
             }
         return;
     }
     for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t k1 = k0 + KC < k ? k0 + KC : k;
-        int first = k0 == 0, last = k1 == k;
+        int first = k0 == 0 ? (res ? 2 : 1) : 0, last = k1 == k;
         for (int64_t p = 0; p * NR < n; p++) {
             const float *panel = packed + p * NR * k;
             const float *bp = bias ? bias + p * NR : 0;
@@ -137,10 +150,11 @@ void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias
             int64_t r = 0;
             for (; r + MR <= m; r += MR)
                 TILES[MR](a + r * lda, lda, panel, bp, c + r * ldc + p * NR, ldc, k0, k1, first,
-                          last, width, act, 0, 0, 0);
+                          last, width, act, 0, 0, 0, res ? res + r * ldr + p * NR : 0, ldr);
             if (r < m)
                 TILES[m - r](a + r * lda, lda, panel, bp, c + r * ldc + p * NR, ldc, k0, k1,
-                             first, last, width, act, 0, 0, 0);
+                             first, last, width, act, 0, 0, 0,
+                             res ? res + r * ldr + p * NR : 0, ldr);
         }
     }
 }
@@ -148,6 +162,18 @@ void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias
 /* sr_gemm with its sizes and constant pointers in one block (lda, packed, bias, ldc, m, k, n,
    act): a call from Python through ctypes costs ~0.07 µs an argument, so the per-shape part
    is made once and passed as one pointer. */
+void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias, float *c,
+             int64_t ldc, int64_t m, int64_t k, int64_t n, int act) {
+    gemm(a, lda, packed, bias, c, ldc, m, k, n, act, 0, 0);
+}
+
+/* C = act(A · B + bias + R) for a residual R of C's shape, row stride N (C itself allowed),
+   added before the activation; otherwise sr_gemm_block's arguments. */
+void sr_gemm_res_block(const float *a, float *c, const float *res, const int64_t *p) {
+    gemm(a, p[0], (const float *)(intptr_t)p[1], (const float *)(intptr_t)p[2], c, p[3], p[4],
+         p[5], p[6], (int)p[7], res, p[6]);
+}
+
 void sr_gemm_block(const float *a, float *c, const int64_t *p) {
     sr_gemm(a, p[0], (const float *)(intptr_t)p[1], (const float *)(intptr_t)p[2], c, p[3],
             p[4], p[5], p[6], (int)p[7]);
@@ -178,7 +204,8 @@ int sr_gemm_gated(const float *a, int64_t lda, const float *packed, const float 
             for (int64_t r = 0; r < m; r += MR) {
                 const int rows = m - r < MR ? (int)(m - r) : MR;
                 TILES[rows](a + r * lda, lda, panel, bp, scratch ? scratch + r * NR : 0, NR,
-                            k0, k1, first, last, NR, 0, out + r * ldo + 16 * p, ldo, width);
+                            k0, k1, first, last, NR, 0, out + r * ldo + 16 * p, ldo, width,
+                            0, 0);
             }
             k0 = k1;
         } while (k0 < k);

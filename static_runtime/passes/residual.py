@@ -1,0 +1,92 @@
+"""``fuse_linear_residual``: a product with a constant weight and a tensor added to it — a
+transformer's output and down projections added back to the residual stream (LLaMA's have no
+bias), a recurrence ``tanh(W h + U x)`` — become one ``static_runtime::linear_residual`` node
+(``ir/own_ops.py``), with the activation that is the sum's only user. Matched by schema and
+constants::
+
+    y = aten::linear(x, W, b)            W a constant float32 2-D tensor, b one or None
+    s = static_runtime::add(y, r)        either order; aten::add with alpha the constant 1 too
+    a = act(s)                           optional: an activation ``linear_pointwise`` takes
+
+with ``y`` (and ``s``, where ``a`` is taken) used only by the next. ``a`` (or ``s``) becomes
+``linear_residual(x, W, b, r, attr)``, whose meaning is that composite (``ops/residual.py``):
+where ``r`` broadcasts to the product's shape without widening it and is float32, our GEMM
+adds it in its epilogue (one call, no pass over the sum for the add and the activation);
+anything else runs the operators it replaced. With ``kernel_choice="measure"`` only — the
+option that times our product against them (``StaticModuleOptions.passes_enabled``). It runs
+before ``pack_linears`` and the linear fusions, which would take the product first.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from static_runtime.ir import schema as S
+from static_runtime.ir import types as T
+from static_runtime.ir.graph import Graph, Node
+from static_runtime.ir.own_ops import LINEAR_RESIDUAL, SPECIALIZED_SCHEMAS
+from static_runtime.passes.constant_propagation import constant_value
+from static_runtime.passes.effects import has_side_effects
+from static_runtime.passes.fusion import _fusable_linear, _linear_postop_attr
+
+_LINEAR = str(torch.ops.aten.linear.default._schema)
+_ADD = str(torch.ops.aten.add.Tensor._schema)
+_OWN_ADD = SPECIALIZED_SCHEMAS["static_runtime::add.Tensor"]
+
+
+def fuse_linear_residual(graph: Graph) -> bool:
+    changed = False
+    for node in list(graph.walk()):
+        if node.owning_block is not None and _is_add(node):
+            changed |= _fuse(graph, node)
+    return changed
+
+
+def _is_add(node: Node) -> bool:
+    if node.schema == _OWN_ADD:
+        return True
+    return node.schema == _ADD and len(node.inputs) == 3 \
+        and constant_value(node.inputs[2]) == (True, 1) \
+        and type(constant_value(node.inputs[2])[1]) is int
+
+
+def _fuse(graph: Graph, add: Node) -> bool:
+    for side in (0, 1):
+        linear = add.inputs[side].node
+        if linear.schema != _LINEAR or linear.owning_block is not add.owning_block \
+                or not _fusable_linear(linear, min_weight=1) \
+                or add.inputs[side].sole_user() is not add or add.inputs[0] is add.inputs[1]:
+            continue
+        residual = add.inputs[1 - side]
+        act = add.output.sole_user()
+        attr = None
+        if act is not None and act.owning_block is add.owning_block \
+                and act.inputs[0] is add.output:
+            attr = _linear_postop_attr(act)
+        last = act if attr is not None else add
+        if not _nothing_written_between(linear, last):
+            continue  # (the product moves to the sum's place: its input must read the same)
+        fused = graph.replace_node(
+            last, "static_runtime::linear_residual",
+            [*linear.inputs, residual, graph.constant(attr or "none", T.Str, before=linear)],
+            schema=LINEAR_RESIDUAL, remove=(act, add, linear) if attr else (add, linear))
+        fused.source = linear.source or add.source
+        return True
+    return False
+
+
+def _nothing_written_between(first: Node, last: Node) -> bool:
+    """Whether every node after ``first`` and before ``last`` (one block) writes nothing and
+    has no blocks or effects of its own: moving ``first``'s reads to ``last`` reads the
+    same values."""
+    nodes = first.owning_block.nodes
+    start, end = nodes.index(first), nodes.index(last)
+    for node in nodes[start + 1:end]:
+        if node.blocks or has_side_effects(node):
+            return False
+        if node.schema is None:
+            if not node.kind.startswith("prim::"):  # (prims without a schema write nothing)
+                return False
+        elif S.parse(node.schema).writes_any_input():
+            return False
+    return start < end
