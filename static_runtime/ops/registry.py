@@ -191,6 +191,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         residual,
         rnn,
         scalar_operands,
+        scatter,
         selection,
     )
     from static_runtime.ops.native import (  # noqa: F401

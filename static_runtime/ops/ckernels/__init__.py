@@ -185,6 +185,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.restype = ctypes.c_int
         fn.argtypes = [_PTR, _PTR, _PTR]
+    lib.sr_index_add_rows.restype = ctypes.c_int
+    lib.sr_index_add_rows.argtypes = [_PTR, _I64, _I64, _PTR, _I64, _PTR]
     lib.sr_gemm_res_block.restype = None
     lib.sr_gemm_res_block.argtypes = [_PTR, _PTR, _PTR, _PTR]
     lib.sr_rms_norm.restype = None

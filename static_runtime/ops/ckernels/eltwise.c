@@ -26,3 +26,28 @@ void sr_activation(const float *x, float *out, int64_t n, int act) {
         memcpy(out + i, v, (size_t)rest * sizeof(float));
     }
 }
+
+/* self[index[i]] += src[i] for the n rows of len floats of src (index_add_ along the first
+   dimension of a contiguous tensor of rows rows), in the order of index, as ATen adds them
+   (an index named twice accumulates both rows). Returns -1, writing nothing, if an index is
+   outside [0, rows): the caller lets ATen raise its error. */
+int sr_index_add_rows(float *self, int64_t rows, int64_t len, const int64_t *index, int64_t n,
+                      const float *src) {
+    for (int64_t i = 0; i < n; i++)
+        if (index[i] < 0 || index[i] >= rows) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        float *dst = self + index[i] * len;
+        const float *s = src + i * len;
+        int64_t j = 0;
+        for (; j + 16 <= len; j += 16) {
+            v16 a, b;
+            memcpy(&a, dst + j, 64);
+            memcpy(&b, s + j, 64);
+            a += b;
+            memcpy(dst + j, &a, 64);
+        }
+        if (j < len) sr_store16(dst + j, sr_load16(dst + j, len - j) + sr_load16(s + j, len - j),
+                                len - j);
+    }
+    return 0;
+}
