@@ -38,6 +38,7 @@ from rich.console import Console
 from rich.table import Table
 
 import static_runtime as sr
+from static_runtime.runtime.hot import wait_for_builds
 from static_runtime.models import MODELS
 
 REWRITES = ("pack_linears", "fuse_attention", "fuse_convolution", "fold_batchnorm", "inplace_activations",
@@ -89,9 +90,20 @@ def run_rewrites(options: list[str], cases: list[str], calls: int | None,
                 continue
             for mod in (on, off):
                 torch.testing.assert_close(mod(*inputs), expected)
+            # Both modules warmed alike, and what their warm-up calls asked to be built in
+            # the background (shape programs, a hot signature's code) finished before the
+            # clock starts: built meanwhile, it shared the GIL with the calls timed (a
+            # module warmed less than the other got its build during its samples: 5 ×).
+            with torch.inference_mode():
+                for _ in range(2):
+                    for mod in (on, off):
+                        for _ in range(10):
+                            mod(*inputs)
+                    wait_for_builds()
             n = calls or max(5, int(20_000 / max(1.0, _estimate_us(on, inputs))))
-            times = _time({"on": lambda m=on, x=inputs: m(*x),
-                           "off": lambda m=off, x=inputs: m(*x)}, n, repeats)
+            with torch.inference_mode():
+                times = _time({"on": lambda m=on, x=inputs: m(*x),
+                               "off": lambda m=off, x=inputs: m(*x)}, n, repeats)
             rows.append({"rewrite": option, "model": name, "batch": int(batch),
                          "on_us": times["on"], "off_us": times["off"],
                          "ratio": times["on"] / times["off"], "calls": n, "repeats": repeats})
