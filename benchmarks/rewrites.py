@@ -38,8 +38,8 @@ from rich.console import Console
 from rich.table import Table
 
 import static_runtime as sr
-from static_runtime.runtime.hot import wait_for_builds
 from static_runtime.models import MODELS
+from static_runtime.runtime.hot import wait_for_builds
 
 REWRITES = ("pack_linears", "fuse_attention", "fuse_convolution", "fold_batchnorm", "inplace_activations",
             "specialize_alpha", "variadic_cat_stack", "specialize_signature", "hoist_views",
