@@ -186,8 +186,9 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
         return out_slow(out, x, w, b, residual, attr_)
 
     def out_slow(out, x, w, b, residual, attr_):
-        if w is weight and b is bias and out.dtype is f32 and out.is_contiguous() \
-                and out.shape[:-1] == x.shape[:-1] and out.shape[-1:] == (n,):
+        if w is weight and b is bias and out.dtype is f32 and out.is_cpu \
+                and out.is_contiguous() and out.shape[:-1] == x.shape[:-1] \
+                and out.shape[-1:] == (n,):
             found = ours_for(x, residual)
             if found is not None:
                 if found[2] and residual.is_contiguous():

@@ -24,6 +24,13 @@ def forced(monkeypatch):
     return force
 
 
+def _masked_sdpa():
+    """``scaled_dot_product_attention(q, k, v, mask)`` as a scripted function."""
+    return torch.jit.CompilationUnit(
+        "def f(q, k, v, m):\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, m)\n").f
+
+
 class Attention(nn.Module):
     """Projections viewed as (B, H, L, D) heads, as models make them, then SDPA."""
 
@@ -118,9 +125,7 @@ def test_new_lengths_of_a_decided_bucket_keep_pytorchs_strides_and_values(forced
     # (PyTorch's result is then (B, L, H, D) too) and contiguous heads, lengths 9…16 (one
     # bucket) in turn, then back.
     forced("native")
-    fn = torch.jit.CompilationUnit(
-        "def f(q, k, v, m):\n"
-        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, m)\n").f
+    fn = _masked_sdpa()
     mod = sr.StaticModule(fn, MEASURE)
     g = torch.Generator().manual_seed(3)
     for viewed in (True, False):
@@ -180,9 +185,7 @@ def test_a_bucket_remembered_on_disk_runs_ours_without_pytorchs_operator(monkeyp
 
 def test_a_row_masked_entirely_gives_pytorchs_answer(forced):
     forced("native")
-    fn = torch.jit.CompilationUnit(
-        "def f(q, k, v, m):\n"
-        "    return torch.nn.functional.scaled_dot_product_attention(q, k, v, m)\n").f
+    fn = _masked_sdpa()
     mod = sr.StaticModule(fn, MEASURE)
     q, k, v = (torch.randn(1, 2, 6, 16) for _ in range(3))
     open_mask = torch.ones(6, 6, dtype=torch.bool)

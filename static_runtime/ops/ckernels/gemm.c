@@ -56,9 +56,9 @@ void sr_gemm_pack(const float *b, int64_t ldb, int64_t k, int64_t n, float *out)
 int64_t sr_gemm_nr(void) { return NR; }
 
 /* ROWS rows of A times one panel, k in [k0, k1), into ROWS × width of C: sums start from
-   the bias (first block; zero without one) — plus what C holds where first is 2 (a residual
-   added: sr_gemm_acc) —, else from C; the last block applies the activation. A panel's
-   second half is skipped where width <= 16 (N's last panel). */
+   the bias (first block; zero without one) — plus the residual's rows at res (row stride
+   ldr) where first is 2 (sr_gemm_res_block) —, else from C; the last block applies the
+   activation. A panel's second half is skipped where width <= 16 (N's last panel). */
 static inline __attribute__((always_inline)) void
 tile(int ROWS, int HALVES, const float *a, int64_t lda, const float *panel, const float *bias,
      float *c, int64_t ldc, int64_t k0, int64_t k1, int first, int last, int64_t width,
@@ -159,9 +159,7 @@ static void gemm(const float *a, int64_t lda, const float *packed, const float *
     }
 }
 
-/* sr_gemm with its sizes and constant pointers in one block (lda, packed, bias, ldc, m, k, n,
-   act): a call from Python through ctypes costs ~0.07 µs an argument, so the per-shape part
-   is made once and passed as one pointer. */
+/* C = act(A · B + bias) (the recurrent kernels call it too). */
 void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias, float *c,
              int64_t ldc, int64_t m, int64_t k, int64_t n, int act) {
     gemm(a, lda, packed, bias, c, ldc, m, k, n, act, 0, 0);
@@ -174,6 +172,9 @@ void sr_gemm_res_block(const float *a, float *c, const float *res, const int64_t
          p[5], p[6], (int)p[7], res, p[6]);
 }
 
+/* sr_gemm with its sizes and constant pointers in one block (lda, packed, bias, ldc, m, k, n,
+   act): a call from Python through ctypes costs ~0.07 µs an argument, so the per-shape part
+   is made once and passed as one pointer. */
 void sr_gemm_block(const float *a, float *c, const int64_t *p) {
     sr_gemm(a, p[0], (const float *)(intptr_t)p[1], (const float *)(intptr_t)p[2], c, p[3],
             p[4], p[5], p[6], (int)p[7]);
