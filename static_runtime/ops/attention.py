@@ -211,20 +211,20 @@ class _Kernel:
         default's was at an earlier key of the same argument layouts, or None (the
         default's). ``_UNDECIDED`` where the bucket's choice or that order is not known."""
         bucket = _bucket(q, k, key)
-        shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
         name = self.per_shape.chosen.get(bucket)
+        if name is not None and name != "native":
+            return ckernels.remember(self.calls, key, None)
+        shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+        order = self.orders.get(self._order_key(bucket, what, q, k, v, mask, shape))
+        if order is None:
+            return _UNDECIDED
         if name is None:
-            if self.orders.get(self._order_key(bucket, what, q, k, v, mask, shape)) is None:
-                return _UNDECIDED
             name = self.per_shape.remembered(bucket, self._problem(what, q, k, v, mask,
                                                                    bucket))
             if name is None:
                 return _UNDECIDED
-        if name != "native":
-            return ckernels.remember(self.calls, key, None)
-        order = self.orders.get(self._order_key(bucket, what, q, k, v, mask, shape))
-        if order is None:
-            return _UNDECIDED
+            if name != "native":
+                return ckernels.remember(self.calls, key, None)
         direct = self.direct_for(q, k, v, mask, factor, shape, _strides_in(shape, order))
         return ckernels.remember(self.calls, key, direct)
 
