@@ -91,3 +91,14 @@ def test_what_our_kernel_does_not_take_runs_index_add(forced):
         eager = target.clone()
         into(eager, index, source)
         torch.testing.assert_close(mod(target.clone(), index, source), eager)
+
+
+def test_an_empty_index_adds_nothing(forced):
+    mod = sr.StaticModule(torch.jit.script(into), MEASURE)
+    for rows in (5, 0, 3):
+        target = torch.randn(4, 6)
+        index = torch.randint(0, 4, (rows,))
+        source = torch.randn(rows, 6)
+        eager = target.clone()
+        into(eager, index, source)
+        assert torch.equal(mod(target, index, source), eager)

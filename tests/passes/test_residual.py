@@ -167,3 +167,27 @@ def test_the_kernel_adds_the_residual_before_the_activation():
         inplace = r.clone()
         run(x, inplace, inplace)  # the residual in the result itself
         torch.testing.assert_close(inplace, want, rtol=1e-4, atol=1e-4)
+
+
+def test_empty_batches_and_a_residual_that_is_the_input(monkeypatch):
+    # x + proj(x) (the residual is the product's own input) and batches of no rows
+    _force(monkeypatch, "native")
+
+    class SelfResidual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(5)
+            self.proj = nn.Linear(16, 16)
+
+        def forward(self, x: Tensor) -> Tensor:
+            return torch.relu(x + self.proj(x))
+
+    model = SelfResidual().eval()
+    mod = sr.StaticModule(script(model), MEASURE)
+    for shape in ((3, 16), (0, 16), (2, 5, 16), (3, 16)):
+        x = torch.randn(shape)
+        before = x.clone()
+        for _ in range(2):
+            torch.testing.assert_close(mod(x), model(x), rtol=1e-5, atol=1e-5)
+        assert torch.equal(x, before)
+    assert _fused(mod) == 1
