@@ -182,8 +182,7 @@ class CodegenExecutor(Interpreter):
         recommender 8 % of the mean, every size there coming back)."""
         memory = self.memory
         layouts = memory.layouts
-        import os
-        if len(layouts) < layouts.maxsize and not os.environ.get("SR_ONCE"):
+        if len(layouts) < layouts.maxsize:
             return None
         key = signature(inputs)
         if key == self._key or key in layouts:
