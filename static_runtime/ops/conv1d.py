@@ -79,8 +79,8 @@ def _measured_conv1d(node: Node, chooser: KernelChooser, default: Callable[..., 
 
 def measured_conv1d(found: tuple, chooser: KernelChooser, default: Callable[..., Any]
                     ) -> Callable[..., Any] | None:
-    """``fn(x, weight, bias, *rest)`` choosing per input shape among our candidates for the
-    convolution of ``found`` (``_constants``' tuple); anything else runs ``default(x, w, b,
+    """``fn(x, weight, bias, *rest)`` choosing per bucket of positions among our candidates
+    for the convolution of ``found`` (``_constants``' tuple); anything else runs ``default(x, w, b,
     *rest)`` (``conv1d``, or ``_convolution`` as a traced model records it:
     ``ops/conv_plain.py``)."""
     if not torch.backends.mkldnn.is_available():
@@ -101,21 +101,20 @@ def measured_conv1d(found: tuple, chooser: KernelChooser, default: Callable[...,
     def decide(x: torch.Tensor, key: tuple) -> str:
         # (a bucket of positions, as a 2-D convolution's pixels: traffic of every length
         # brings a new one on most calls, and a measurement costs ~20 ms)
-        return per_shape.choose(key, f"conv1d float32 positions<={key[0][0]} channels="
-                                     f"{x.shape[1]} contiguous {spec}",
+        return per_shape.choose(key, f"conv1d float32 positions<={key[0][0]} contiguous {spec}",
                                 lambda: {n: (lambda k=k: k(x)) for n, k in kernels.items()})
 
     @labelled("conv1d: kernel chosen per bucket of positions by measurement")
     def fn(x, w, b, *rest):
         if w is weight and b is bias and x.dtype is f32 and x.dim() == 3 \
                 and x.is_cpu and x.is_contiguous() and not x.is_mkldnn:
-            shape = x.shape
-            key = ((size_bucket(shape[0] * shape[2]), shape[1]), threads())
+            shape = x.shape  # (its channels are the weight's: not part of the key)
+            key = ((size_bucket(shape[0] * shape[2]),), threads())
             return kernels[chosen.get(key) or decide(x, key)](x)
         return default(x, w, b, *rest)
 
     return per_shape.expose(fn, ("conv1d", tuple(weight.shape), stride, padding, dilation,
-                                 groups, bias is not None), ("positions<=", "channels="))
+                                 groups, bias is not None), ("positions<=",))
 
 
 def _aten(weight, bias, stride, padding, dilation, groups):

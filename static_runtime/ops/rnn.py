@@ -87,9 +87,8 @@ def _measured_factory(mode: str):
 
         def decide(x, hx, state, rest, key) -> str:
             layout = "contiguous" if x.is_contiguous() else "strided"
-            (batch, steps, features), _ = key
-            name = per_shape.choose(key, f"{mode} float32 B<={batch} T<={steps} "
-                                         f"features={features} {layout} {spec}",
+            (batch, steps), _ = key
+            name = per_shape.choose(key, f"{mode} float32 B<={batch} T<={steps} {layout} {spec}",
                                     lambda: {"aten": lambda: aten(x, hx, params, *rest)[0],
                                              "native": lambda: run_native(
                                                  x.contiguous(), state)[0]})
@@ -106,7 +105,8 @@ def _measured_factory(mode: str):
                 if all(isinstance(s, torch.Tensor) and s.dtype is f32 and s.is_cpu
                        and s.dim() == 3 and s.shape[1] == batch for s in state):
                     steps = x.shape[1] if batch_first else x.shape[0]
-                    key = ((size_bucket(batch), size_bucket(steps), x.shape[2]), threads())
+                    # (its features are the weights': not part of the key)
+                    key = ((size_bucket(batch), size_bucket(steps)), threads())
                     name = chosen.get(key) or decide(x, hx, state, rest, key)
                     if name == "native":
                         # (a strided input — a conv net's (B, C, T) output transposed — is
@@ -115,7 +115,7 @@ def _measured_factory(mode: str):
             return default(x, hx, params_, *rest)
 
         return per_shape.expose(fn, (mode, num_layers, bidirectional, batch_first,
-                                     tuple(weights[1].shape)), ("B<=", "T<=", "features="))
+                                     tuple(weights[1].shape)), ("B<=", "T<="))
 
     return factory
 

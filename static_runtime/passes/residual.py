@@ -45,9 +45,10 @@ def fuse_linear_residual(graph: Graph) -> bool:
 def _is_add(node: Node) -> bool:
     if node.schema == _OWN_ADD:
         return True
-    return node.schema == _ADD and len(node.inputs) == 3 \
-        and constant_value(node.inputs[2]) == (True, 1) \
-        and type(constant_value(node.inputs[2])[1]) is int
+    if node.schema != _ADD or len(node.inputs) != 3:
+        return False
+    known, alpha = constant_value(node.inputs[2])
+    return known and type(alpha) is int and alpha == 1
 
 
 def _fuse(graph: Graph, add: Node) -> bool:
@@ -55,7 +56,7 @@ def _fuse(graph: Graph, add: Node) -> bool:
         linear = add.inputs[side].node
         if linear.schema != _LINEAR or linear.owning_block is not add.owning_block \
                 or not _fusable_linear(linear, min_weight=1) \
-                or add.inputs[side].sole_user() is not add or add.inputs[0] is add.inputs[1]:
+                or add.inputs[side].sole_user() is not add:  # (x + x: two uses)
             continue
         residual = add.inputs[1 - side]
         act = add.output.sole_user()

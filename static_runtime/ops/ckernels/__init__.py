@@ -336,7 +336,7 @@ class Gemm:
             self.bias[:n] = bias.detach()
         self.act = ACTIVATIONS[act]
         self._run = lib.sr_gemm_block
-        self._lib = lib
+        self._run_res = lib.sr_gemm_res_block
         #: (rows, row stride of x, row stride of the result) → the call's argument block
         self._blocks: dict[tuple[int, int, int], tuple] = {}
 
@@ -388,7 +388,7 @@ class Gemm:
         """``(x, o, r) -> None`` for ``m`` rows writing ``act(x · W + bias + r)``: ``r`` a
         contiguous float32 residual of ``o``'s shape (``o`` itself allowed), which the
         epilogue adds before the activation. Unchecked, as ``direct``."""
-        run = self._lib.sr_gemm_res_block
+        run = self._run_res
         block, address = self._block_for(m, max(self.k, 1), self.n)
 
         def with_residual(x: torch.Tensor, o: torch.Tensor, r: torch.Tensor) -> None:
