@@ -145,6 +145,55 @@ def value_fact(x: Any) -> Fact | None:
     return None
 
 
+def trip_invariant(f: Fact | None) -> Fact | None:
+    """What of ``f`` a loop's trips may keep: a tensor's dtype, shape and device (not its
+    value), a tuple's elements' such facts; None for anything else."""
+    if isinstance(f, TensorFact):
+        return TensorFact(f.dtype, f.shape, f.device)
+    if isinstance(f, SeqFact) and f.type is tuple:
+        elems = tuple(trip_invariant(e) for e in f.elems)
+        return SeqFact(tuple, elems) if any(e is not None for e in elems) else None
+    return None
+
+
+def implies(f: Fact | None, assumed: Fact) -> bool:
+    """Whether every value ``f`` describes satisfies ``assumed`` (a ``trip_invariant``
+    fact)."""
+    if isinstance(assumed, TensorFact):
+        return (isinstance(f, TensorFact) and f.dtype == assumed.dtype
+                and f.shape == assumed.shape
+                and (assumed.device is None or f.device == assumed.device))
+    if isinstance(assumed, SeqFact):
+        return (isinstance(f, SeqFact) and f.type is assumed.type
+                and len(f.elems) == len(assumed.elems)
+                and all(a is None or implies(e, a) for e, a in zip(f.elems, assumed.elems)))
+    return False
+
+
+def identity_fact(kind: str, a: Fact | None, b: Fact | None) -> Const | None:
+    """``a is b`` / ``a is not b`` when one side is None and the other known to be None or
+    known not to be (a tensor or a sequence)."""
+    def none(f: Fact | None) -> bool | None:
+        if isinstance(f, Const) and f.value is None:
+            return True
+        if isinstance(f, (TensorFact, SeqFact)):
+            return False
+        return None
+
+    na, nb = none(a), none(b)
+    if na is None or nb is None or not (na or nb):
+        return None
+    same = na and nb
+    return Const(same if kind == "aten::__is__" else not same)
+
+
+def known_scalars(f: Fact | None) -> bool:
+    """A known scalar, or a known list or tuple of them."""
+    if isinstance(f, SeqFact):
+        return all(isinstance(e, Const) for e in f.elems)
+    return isinstance(f, Const)
+
+
 @dataclass
 class Specialization:
     """What generated code for one input signature folds and leaves out."""

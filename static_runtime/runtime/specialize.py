@@ -80,9 +80,13 @@ from static_runtime.runtime.facts import (
     ValueFact,
     fact_value,
     has_value,
+    identity_fact,
+    implies,
     key_fact,
+    known_scalars,
     small,
     tensor_fact,
+    trip_invariant,
     value_fact,
 )
 from static_runtime.runtime.hot import yield_to_requests
@@ -226,7 +230,7 @@ class _Run:
         if pn.control is Control.FORK:
             return  # the forked block sees only what is passed in: not analysed
         if pn.control is Control.LOOP:
-            self.block(pn.blocks[0])  # carried values and the counter stay unknown
+            self.loop(pn)
             return
         if pn.control is Control.IF:
             cond = self.facts.get(pn.inputs[0])
@@ -255,6 +259,34 @@ class _Run:
         facts = [self.facts.get(s) for s in pn.inputs]
         for out, fact in zip(pn.outputs, self.evaluate(pn, facts)):
             self.set(out, fact)
+
+    def loop(self, pn: ProcessedNode) -> None:
+        """Facts of a loop's carried tensors that every trip keeps: assume each carried
+        tensor has, on entering the body, the dtype, shape and device it has on entering the
+        loop; analyse the body; where the body's next value does not keep that fact, drop
+        it and analyse again (what a failed attempt recorded is forgotten). By induction
+        over the trips the facts that survive hold on every trip and after the loop (it
+        returns the entry values or the last trip's). The counter, scalars and values stay
+        unknown (they change from trip to trip)."""
+        body = pn.blocks[0]
+        carried = body.inputs[1:]
+        assumed = [trip_invariant(self.facts.get(s)) for s in pn.inputs[2:]]
+        while True:  # (each attempt that fails drops a fact: at most one per carried value)
+            saved = (dict(self.facts), dict(self.taken), set(self.folded), set(self.computed),
+                     set(self.proven), self.uses_device)
+            for slot, fact in zip(carried, assumed):
+                self.set(slot, fact)
+            assumed = [self.facts.get(s) for s in carried]  # (what ``stable`` admitted)
+            self.block(body)
+            kept = [a if a is not None and implies(self.facts.get(o), a) else None
+                    for a, o in zip(assumed, body.outputs[1:])]
+            if kept == assumed:
+                for out, fact in zip(pn.outputs, assumed):
+                    self.set(out, fact)
+                return
+            (self.facts, self.taken, self.folded, self.computed, self.proven,
+             self.uses_device) = saved
+            assumed = kept
 
     def proves(self, pn: ProcessedNode) -> bool:
         """Whether ``pn`` is a metadata check that passes on every call of the signature: an
@@ -310,7 +342,7 @@ class _Run:
         if kind == "aten::len" and len(facts) == 1 and isinstance(facts[0], SeqFact):
             return [Const(len(facts[0].elems))]
         if kind in ("aten::__is__", "aten::__isnot__"):
-            return [_identity(kind, *facts)]
+            return [identity_fact(kind, *facts)]
         if kind in _VARIADIC and pn.fn is not None:
             # our own variadic cat/stack (no schema): tensors in, one tensor out
             return _run_on(pn, facts, real=False,
@@ -329,8 +361,9 @@ class _Run:
                 return []
             self.uses_device = True
             return [Const(device)]
-        if facts and all(isinstance(f, Const) for f in facts) and _scalar_only(pn.node.schema):
-            return [_call(pn, [f.value for f in facts], S.parse(pn.node.schema).returns[0].type)]
+        if facts and all(map(known_scalars, facts)) and _scalar_only(pn.node.schema):
+            return [_call(pn, [fact_value(f, True) for f in facts],
+                          S.parse(pn.node.schema).returns[0].type)]
         return self._tensor_facts(pn, facts)
 
     def _tensor_facts(self, pn: ProcessedNode, facts: list[Fact | None]) -> list[Fact | None]:
@@ -485,28 +518,15 @@ def keeps_metadata(node: Node, db: AliasDb) -> bool:
     return torch.Tag.inplace in tags and torch.Tag.inplace_view not in tags
 
 
-def _identity(kind: str, a: Fact | None, b: Fact | None) -> Const | None:
-    """``a is b`` / ``a is not b`` when one side is None and the other known to be None or
-    known not to be (a tensor or a sequence)."""
-    def none(f: Fact | None) -> bool | None:
-        if isinstance(f, Const) and f.value is None:
-            return True
-        if isinstance(f, (TensorFact, SeqFact)):
-            return False
-        return None
-
-    na, nb = none(a), none(b)
-    if na is None or nb is None or not (na or nb):
-        return None
-    same = na and nb
-    return Const(same if kind == "aten::__is__" else not same)
-
-
 def _scalar_only(schema: str) -> bool:
+    """Scalars (or lists of them: ``__contains__.int_list``) in, one scalar out, nothing
+    written."""
     info = S.parse(schema)
     return (not info.is_vararg and len(info.returns) == 1
-            and info.returns[0].type in _SCALAR_TYPES
-            and all(a.type in _SCALAR_TYPES or a.type == "number" for a in info.arguments))
+            and info.returns[0].type in _SCALAR_TYPES and not info.writes_any_input()
+            and all(a.type in _SCALAR_TYPES or a.type == "number"
+                    or a.type.startswith("List[") and a.type[5:-1] in _SCALAR_TYPES
+                    for a in info.arguments))
 
 
 def _call(pn: ProcessedNode, args: list[Any], ret: str) -> Const | None:
