@@ -95,6 +95,14 @@ def forwards(call: InlineCall) -> Callable[[Callable[..., Any]], Callable[..., A
     return deco
 
 
+class WriteDeclined(RuntimeError):
+    """Raised by an out variant that does not write into the tensor it is given for these
+    arguments (its kernel for them makes its own result: a convolution measured faster on
+    oneDNN than on our kernel). Nothing was written; the runtime allocates the value instead,
+    by the functional form, for the current memory layout (as where PyTorch refused to grow
+    an arena tensor)."""
+
+
 class UnsupportedOperatorError(RuntimeError):
     """No implementation can run a node."""
 
@@ -116,7 +124,8 @@ OutFactory = Callable[[Node], tuple[Callable[..., Any], Callable[..., Any]] | No
 #: ``factory(node, chooser, default)`` → an implementation or None: implementations that
 #: pick their kernel by measurement (``ops/gemm.py``, ``ops/conv.py``), taking the place of
 #: ``default`` — what selection gives otherwise, an ``(fn, out_fn)`` pair for an out variant
-#: (and the factory returns a pair), a function for a native — under
+#: (and the factory returns a pair), a function for a native (and the factory returns a
+#: function, or a pair where it brings an out variant of its own) — under
 #: ``kernel_choice="measure"``.
 MeasuredFactory = Callable[[Node, Any, Any], Any]
 
@@ -231,6 +240,11 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
             measured = _measured.get(node.kind) if kernels is not None else None
             if measured is not None:
                 fn = measured(node, kernels, fn) or fn
+            if isinstance(fn, tuple):
+                # a measured kernel may bring an out variant the default lacks
+                fn, out_fn = fn
+                if enable_out_variant:
+                    return OpImpl(Tier.OUT, fn, out_fn, _label(out_fn))
             return OpImpl(Tier.NATIVE, fn, None, _label(fn))
     fn, reason = fallback.resolve(node, fast_bindings=fast_bindings)
     if fn is not None:

@@ -29,6 +29,7 @@ from static_runtime.memory.arena import (
 from static_runtime.memory.cache import LayoutCache, Sightings, signature, structure
 from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.planner import DEFAULT_ALIGNMENT
+from static_runtime.ops.registry import WriteDeclined
 from static_runtime.runtime.checks import OutVariantChecks
 from static_runtime.runtime.futures import fork
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
@@ -514,7 +515,9 @@ def _storage_use_count(t: torch.Tensor) -> int:
 
 
 def _is_refused_resize(e: BaseException) -> bool:
-    return "not resizable" in str(e)
+    """PyTorch refused to grow an arena tensor, or an out variant declined to write one
+    (``WriteDeclined``): either way the value is allocated instead."""
+    return isinstance(e, WriteDeclined) or "not resizable" in str(e)
 
 
 def map_nested(fn: Callable[[Any], Any], x: Any) -> Any:
