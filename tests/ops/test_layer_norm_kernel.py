@@ -7,10 +7,12 @@ a strided input runs ATen's."""
 import pytest
 import torch
 from differential import check
-from measured import OPTIONS, fresh_kernel_cache, needs_ckernels  # noqa: F401
+from measured import MEASURE, OPTIONS, fresh_kernel_cache, needs_ckernels  # noqa: F401
 from torch import nn
 
+import static_runtime as sr
 from static_runtime.ops.kernels import Choice, KernelChooser
+from static_runtime.ops.registry import Tier
 
 pytestmark = needs_ckernels
 
@@ -63,3 +65,26 @@ def test_other_norms_and_strided_inputs_run_atens(monkeypatch):
     mods = check(Other().eval(), (torch.randn(2, 4, 6),), (torch.randn(3, 4, 6),),
                  options=OPTIONS)
     assert "native (forced)" not in mods["measure"].describe()
+
+
+@pytest.mark.parametrize("kernel", ["native", "aten"])
+def test_ours_writes_the_arena_and_atens_result_is_allocated(kernel, monkeypatch):
+    """Where ours is chosen the norm writes its arena tensor (no allocation a call); where
+    ATen's is, its out variant declines and the value is allocated — both equal eager on
+    every call, the input left alone."""
+    _force(monkeypatch, kernel)
+    model = Norms(64).eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    norms = [pn for pn in mod.plan.nodes() if pn.kind == "aten::layer_norm"]
+    assert len(norms) == 2 and all(pn.tier is Tier.OUT for pn in norms)
+    for shape in ((3, 7, 64), (2, 64), (3, 7, 64)):
+        x = torch.randn(shape)
+        before = x.clone()
+        for _ in range(3):
+            expected = model(x)
+            for got, want in zip(mod(x), expected, strict=True):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        assert torch.equal(x, before)
+    if kernel == "native":  # the first norm's result feeds the second only: in the arena
+        placed = {p.request.name for p in mod.memory_plan().placements}
+        assert norms[0].node.outputs[0].name in placed, placed

@@ -173,6 +173,10 @@ def rms_norm(weight: torch.Tensor, eps: float):
             run(x.data_ptr(), w_ptr, out.data_ptr(), rows, h, eps)
             return out
 
+        def into(x: torch.Tensor, out: torch.Tensor) -> None:
+            run(x.data_ptr(), w_ptr, out.data_ptr(), rows, h, eps)
+
+        direct.into = into  # type: ignore[attr-defined]  (into a contiguous out of x's shape)
         return direct
 
     norm.keep = weight  # type: ignore[attr-defined]
@@ -202,7 +206,11 @@ def layer_norm(h: int, weight: torch.Tensor | None, bias: torch.Tensor | None, e
             run(x.data_ptr(), w_ptr, b_ptr, out.data_ptr(), rows, h, eps)
             return out
 
-        direct.keep = keep  # type: ignore[attr-defined]  (what the pointers name)
+        def into(x: torch.Tensor, out: torch.Tensor) -> None:
+            run(x.data_ptr(), w_ptr, b_ptr, out.data_ptr(), rows, h, eps)
+
+        direct.keep = into.keep = keep  # type: ignore[attr-defined]  (what the pointers name)
+        direct.into = into  # type: ignore[attr-defined]  (into a contiguous out of x's shape)
         return direct
 
     return direct_for
@@ -233,6 +241,10 @@ def l2_normalize(h: int, eps: float):
             run(x.data_ptr(), out.data_ptr(), rows, h, eps)
             return out
 
+        def into(x: torch.Tensor, out: torch.Tensor) -> None:
+            run(x.data_ptr(), out.data_ptr(), rows, h, eps)
+
+        direct.into = into  # type: ignore[attr-defined]  (into a contiguous out of x's shape)
         return direct
 
     normalize.direct_for = direct_for  # type: ignore[attr-defined]
