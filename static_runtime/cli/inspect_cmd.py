@@ -67,7 +67,8 @@ def pass_report(model: Any, options: sr.StaticModuleOptions) -> tuple[int, list[
         state["kinds"] = after
 
     run_passes(graph, options.passes_enabled(), evaluate=evaluator,
-               verify_each=options.verify_passes, observer=observe)
+               verify_each=options.verify_passes, observer=observe,
+               measured_kernels=options.kernel_choice == "measure")
     return imported, records
 
 

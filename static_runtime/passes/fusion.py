@@ -15,7 +15,9 @@ or ``expand`` + ``reshape`` as Meta's ``repeat_kv``) are the operands the fused 
 A ``masked_fill`` with a finite value is left alone (it replaces a score where the fused
 kernel would add to it; a row masked entirely would differ), and so is masked attention
 whose query is computed anew rather than a view of a projection (``_may_be_head_view``:
-rotary embeddings make it contiguous, and there the fused kernel was measured slower).
+rotary embeddings make it contiguous, and there PyTorch's fused kernel was measured slower)
+unless kernels are chosen by measurement, where the fused node times ours against its own
+default.
 
 ``fuse_convolution``: ``conv2d`` with a constant weight and bias, and constant stride,
 padding, dilation and groups, becomes ``static_runtime::conv2d_pointwise``, taking a ``relu``
@@ -86,11 +88,15 @@ _POSTOPS = {
 # --------------------------------------------------------------------------- attention
 
 
-def fuse_attention(graph: Graph) -> bool:
+def fuse_attention(graph: Graph, any_query: bool = False) -> bool:
+    """``any_query``: masked attention is fused whatever makes its query (kernels chosen by
+    measurement: the fused node times ours against its own default, which includes the
+    written-out form); else only where the query may be a head view of a projection
+    (``_may_be_head_view``)."""
     changed = False
     for node in list(graph.walk()):
         if node.owning_block is not None and node.schema == _MATMUL:
-            changed |= _fuse_attention_at(graph, node)
+            changed |= _fuse_attention_at(graph, node, any_query)
     return changed
 
 
@@ -99,7 +105,7 @@ def _only_use_is(value: Value, node: Node) -> bool:
         and value.node.owning_block is node.owning_block
 
 
-def _fuse_attention_at(graph: Graph, last: Node) -> bool:
+def _fuse_attention_at(graph: Graph, last: Node, any_query: bool) -> bool:
     weights, value = last.inputs
     softmax = weights.node
     if softmax.schema != _SOFTMAX or not _only_use_is(weights, last):
@@ -132,7 +138,7 @@ def _fuse_attention_at(graph: Graph, last: Node) -> bool:
         return False
     chain.append(first)
     query, key_t = first.inputs
-    if masking is not None and not _may_be_head_view(query):
+    if masking is not None and not any_query and not _may_be_head_view(query):
         return False
 
     consts = [graph.constant(scale, T.Float if type(scale) is float else T.Int, before=last)

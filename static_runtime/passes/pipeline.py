@@ -30,13 +30,16 @@ PassObserver = Callable[[str, bool, Graph], None]
 
 
 def run_passes(graph: Graph, enabled: dict[str, bool], *, evaluate: NodeEvaluator,
-               verify_each: bool = False, observer: PassObserver | None = None) -> list[str]:
+               verify_each: bool = False, observer: PassObserver | None = None,
+               measured_kernels: bool = False) -> list[str]:
     """Run the enabled passes in ``PASS_ORDER``, in place; return the names that changed it.
     ``evaluate`` says how a node runs on constants (``ops.registry.evaluator``: the stage after
-    this one). ``observer`` (if given) sees the graph after each pass that ran."""
+    this one). ``observer`` (if given) sees the graph after each pass that ran.
+    ``measured_kernels``: the nodes the passes make have their kernels chosen by measurement
+    (a fusion that can lose with a fixed kernel is then made)."""
     from static_runtime.passes.registry import passes as registered
 
-    passes = registered(evaluate)
+    passes = registered(evaluate, measured_kernels)
     changed: list[str] = []
     for name in PASS_ORDER:
         if not enabled.get(name, True) or name not in passes:

@@ -38,9 +38,11 @@ from static_runtime.passes.unroll import unroll_loops
 from static_runtime.passes.variadic import variadic_cat_stack
 
 
-def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
+def passes(evaluate: NodeEvaluator, measured_kernels: bool = False
+           ) -> dict[str, Callable[[Graph], bool]]:
     """Each pass as a function of the graph alone; ``constant_propagation`` runs nodes on
-    constants with ``evaluate``."""
+    constants with ``evaluate``; ``measured_kernels``: the nodes made will have their kernels
+    chosen by measurement (``kernel_choice="measure"``)."""
     return {
         "inline": inline,
         "remove_noops": remove_noops,
@@ -58,7 +60,7 @@ def passes(evaluate: NodeEvaluator) -> dict[str, Callable[[Graph], bool]]:
         "fuse_gated_linear": fuse_gated_linear,
         "fuse_linear_residual": fuse_linear_residual,
         "pack_linears": pack_linears,
-        "fuse_attention": fuse_attention,
+        "fuse_attention": functools.partial(fuse_attention, any_query=measured_kernels),
         "fuse_rms_norm": fuse_rms_norm,
         "fuse_l2_normalize": fuse_l2_normalize,
         "fuse_gelu": fuse_gelu,

@@ -58,7 +58,8 @@ def prepare(model: Any, options: StaticModuleOptions | None = None, *,
                          dynamic_shapes=dynamic_shapes)
     verify(graph)
     run_passes(graph, options.passes_enabled(), evaluate=evaluator,
-               verify_each=options.verify_passes)
+               verify_each=options.verify_passes,
+               measured_kernels=options.kernel_choice == "measure")
     verify(graph)
     return graph
 
