@@ -34,12 +34,7 @@ from static_runtime.ir.graph import Node
 from static_runtime.ir.own_ops import ATTENTION, MASKED_ATTENTION
 from static_runtime.ops import ckernels
 from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
-from static_runtime.ops.registry import (
-    WriteDeclined,
-    labelled,
-    register_measured,
-    register_native,
-)
+from static_runtime.ops.registry import labelled, register_measured, register_native
 from static_runtime.ops.selection import constant_value
 
 _SCHEMA = str(torch.ops.aten.scaled_dot_product_attention.default._schema)
@@ -125,9 +120,8 @@ class _Kernel:
         run, empty_strided = self.run, torch.empty_strided
         shape, strides = tuple(out_shape), tuple(out_strides)
 
-        def into(q, k, v, mask, out) -> bool:
-            """Writes ``out`` (of ``shape`` and ``strides``); False where a query row was
-            masked entirely (the default answers)."""
+        def direct(q, k, v, mask):
+            out = empty_strided(shape, strides)
             fptr = bptr = None
             if kind is f32:
                 fptr = mask.data_ptr()
@@ -135,16 +129,13 @@ class _Kernel:
                 bptr = mask.data_ptr()
             status = run(q.data_ptr(), k.data_ptr(), v.data_ptr(), fptr, bptr,
                          out.data_ptr(), factor, address)
-            if status < 0:
-                raise MemoryError("attention: no memory for a call's scratch block")
-            return not status
+            if status:
+                if status < 0:
+                    raise MemoryError("attention: no memory for a call's scratch block")
+                return None  # a query row masked entirely: the default answers
+            return out
 
-        def direct(q, k, v, mask):
-            out = empty_strided(shape, strides)
-            return out if into(q, k, v, mask, out) else None
-
-        direct.keep = into.keep = array  # type: ignore[attr-defined]  # what the address names
-        direct.into, direct.shape, direct.strides = into, shape, strides  # type: ignore[attr-defined]
+        direct.keep = array  # type: ignore[attr-defined]  # what the address names
         return direct
 
     def decide(self, key: tuple, q, k, v, mask, factor: float, expected: torch.Tensor,
@@ -213,36 +204,6 @@ class _Kernel:
                 return default_call()
         out = call(q, k, v, mask)
         return out if out is not None else default_call()
-
-    def write(self, out, q, k, v, mask, factor: float, default_call: Callable[[], Any],
-              what: str, transposed: bool = False):
-        """``serve`` into ``out`` (an arena tensor of the result's shape and strides): where
-        ours serves the layout key it writes ``out``; where it is still to be decided, the
-        default's result is copied in (once); where the default serves, it declines
-        (``WriteDeclined``: the value is allocated for the memory layout)."""
-        key = _key(q, k, v, mask)
-        calls = self.calls
-        if key in calls:
-            call = calls[key]
-        else:
-            kk = k.transpose(2, 3) if transposed else k
-            call = self.known(key, q, kk, v, mask, factor, what)
-            if call is _UNDECIDED:
-                expected = default_call()
-                self.decide(key, q, kk, v, mask, factor, expected, default_call, what)
-                if expected.shape != out.shape:
-                    raise WriteDeclined(f"{what}: a result of {tuple(expected.shape)}, not "
-                                        f"{tuple(out.shape)}")
-                out.copy_(expected)
-                return out
-        if call is None or out.shape != call.shape or out.stride() != call.strides:
-            raise WriteDeclined(f"{what}: the kernel chosen for these arguments makes its "
-                                f"own result")
-        if transposed:
-            k = k.transpose(2, 3)
-        if not call.into(q, k, v, mask, out):
-            out.copy_(default_call())
-        return out
 
     def known(self, key: tuple, q, k, v, mask, factor: float, what: str):
         """The call for a new ``key`` whose bucket is decided or remembered on disk (kept),
@@ -341,19 +302,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                                 "sdpa")
         return default(q, k, v, mask, *rest)
 
-    @labelled("scaled_dot_product_attention: kernel chosen per shape by measurement, into "
-              "the arena where ours is chosen")
-    def out_fn(out, q, k, v, mask=None, *rest):
-        if q.dtype is f32 and k.dtype is f32 and v.dtype is f32 and q.dim() == 4 \
-                and k.dim() == 4 and v.dim() == 4 and q.is_cpu and k.is_cpu and v.is_cpu \
-                and out.dtype is f32 and out.is_cpu:
-            factor = 1.0 / math.sqrt(q.shape[3]) if scale is None else scale
-            return kernel.write(out, q, k, v, mask, factor,
-                                lambda: default(q, k, v, mask, *rest), "sdpa")
-        raise WriteDeclined("scaled_dot_product_attention: arguments our kernel does not take")
-
-    problem = ("scaled_dot_product_attention", n)
-    return kernel.per_shape.expose(fn, problem), kernel.per_shape.expose(out_fn, problem)
+    return kernel.per_shape.expose(fn, ("scaled_dot_product_attention", n))
 
 
 @register_measured("static_runtime::attention", "static_runtime::masked_attention")
@@ -385,18 +334,4 @@ def _measured_fused(node: Node, chooser: KernelChooser, default: Callable[..., A
                                 "attention", transposed=True)
         return default(q, key_t, v, scale_, divide_, dim_, *masking)
 
-    @labelled("attention: kernel chosen per shape by measurement, into the arena where ours "
-              "is chosen")
-    def out_fn(out, q, key_t, v, scale_, divide_, dim_, *masking):
-        mask = masking[0] if masking else None
-        if q.dtype is f32 and key_t.dtype is f32 and v.dtype is f32 and q.dim() == 4 \
-                and key_t.dim() == 4 and v.dim() == 4 and q.is_cpu and key_t.is_cpu \
-                and v.is_cpu and (mask is None or mask.dtype is mask_dtype) \
-                and out.dtype is f32 and out.is_cpu:
-            args = (q, key_t, v, scale_, divide_, dim_, *masking)
-            return kernel.write(out, q, key_t, v, mask, factor, lambda: default(*args),
-                                "attention", transposed=True)
-        raise WriteDeclined("attention: arguments our kernel does not take")
-
-    problem = ("attention", kind)
-    return kernel.per_shape.expose(fn, problem), kernel.per_shape.expose(out_fn, problem)
+    return kernel.per_shape.expose(fn, ("attention", kind))

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from static_runtime.runtime.interpreter import Interpreter, map_nested
+from static_runtime.runtime.interpreter import Interpreter
+from static_runtime.runtime.plan import map_nested
 
 if TYPE_CHECKING:
     from static_runtime.runtime.module import StaticModule

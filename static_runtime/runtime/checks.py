@@ -143,7 +143,8 @@ class OutVariantChecks:
         """A layout's first real call: run ``pn``'s out variant into its arena tensor
         ``out``, checked against the functional form if its key is new.
         Returns ``(result, in_arena)``; ``in_arena`` False: the value is allocated from now
-        on (refused, or its size outgrew the arena tensor)."""
+        on (refused, or its size outgrew the arena tensor); None: its out variant declined
+        to write (``WriteDeclined``), and it is allocated."""
         key = self.pending(pn, args)
         if key is None:
             try:
@@ -151,15 +152,15 @@ class OutVariantChecks:
             except RuntimeError as e:
                 if not _refused_resize(e):
                     raise
-                return pn.fn(*args), False
+                return pn.fn(*args), None if isinstance(e, WriteDeclined) else False
             return out, True
         draws = _Draws(self._generators(pn, args))
         expected = pn.fn(*args)
         try:
             with draws.again():
                 problem = _compare_out(pn, args, expected, out, scratch=False)
-        except _OutgrewArena:
-            return expected, False
+        except _OutgrewArena as e:
+            return expected, None if isinstance(e.__cause__, WriteDeclined) else False
         self._verdict(pn, key, args, problem)
         return (expected, False) if problem is not None else (out, True)
 

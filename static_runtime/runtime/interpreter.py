@@ -9,7 +9,6 @@ thread-safe.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -32,7 +31,13 @@ from static_runtime.memory.planner import DEFAULT_ALIGNMENT
 from static_runtime.ops.registry import WriteDeclined
 from static_runtime.runtime.checks import OutVariantChecks
 from static_runtime.runtime.futures import fork
-from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
+from static_runtime.runtime.plan import (
+    Control,
+    ExecutionPlan,
+    ProcessedBlock,
+    ProcessedNode,
+    copy_containers,
+)
 from static_runtime.runtime.symbolic import ShapeProgram, ShapePrograms
 
 #: how many layouts' tensors one runtime keeps (``Interpreter.install``): ~1 KB of
@@ -76,6 +81,10 @@ class MemoryConfig:
     #: was full, served by code that allocates (no layout): laid out when they come back
     #: (``CodegenExecutor._run_once``)
     sightings: Sightings = field(default_factory=lambda: Sightings(4096))
+    #: managed values whose out variant declined to write its arena tensor (``WriteDeclined``:
+    #: the kernel chosen for those arguments makes its own result): allocated in every layout
+    #: installed after, rather than declining (and binding anew) on each one's first call
+    declined: set = field(default_factory=set)
 
 
 class Interpreter:
@@ -380,20 +389,24 @@ class Interpreter:
                 if len(cache) >= _MAX_LAYOUT_TENSORS:
                     del cache[next(iter(cache))]
                 cache[id(layout)] = (layout, tensors)
-        values = self.values
+        values, allocated = self.values, refused | self.memory.declined
         for s in self._managed:
-            values[s] = tensors.get(s) if s not in refused else None
-        self.unkept = set(layout.unmanaged) | refused
+            values[s] = tensors.get(s) if s not in allocated else None
+        self.unkept = set(layout.unmanaged) | allocated
         self.layout = layout
         self._recording = False
         return reused
 
-    def refused_write(self, slot: int, tensor: Any) -> None:
+    def refused_write(self, slot: int, tensor: Any, declined: bool = False) -> None:
         """PyTorch refused to grow the arena tensor of ``slot`` past its region: the value is
         allocated from now on for this layout. PyTorch sets the tensor's new sizes before it
         finds its storage cannot grow, so they are set back to the layout's here: the tensor
         stays this runtime's for the layout (and its region's neighbours), and a later write
-        of those sizes would go past its region into freed or foreign memory."""
+        of those sizes would go past its region into freed or foreign memory. ``declined``:
+        the out variant declined to write (``WriteDeclined``): the value is allocated in the
+        layouts installed after this one too (``MemoryConfig.declined``)."""
+        if declined:
+            self.memory.declined.add(slot)
         self.unkept.add(slot)
         layout = self.layout
         if layout is None or not isinstance(tensor, torch.Tensor):
@@ -446,6 +459,8 @@ class Interpreter:
                 result, in_arena = self._checks.verify(pn, args, out)
                 if not in_arena:
                     self.unkept.add(pn.outputs[0])
+                    if in_arena is None:
+                        self.memory.declined.add(pn.outputs[0])
                 values[pn.outputs[0]] = result
                 return
             try:
@@ -454,8 +469,9 @@ class Interpreter:
                 if not _is_refused_resize(e):
                     raise
                 # A data-dependent size outgrew its planned region: PyTorch refused to
-                # resize the arena tensor. Allocate instead, now and for this layout.
-                self.refused_write(pn.outputs[0], out)
+                # resize the arena tensor (or the out variant declined to write it).
+                # Allocate instead, now and for this layout.
+                self.refused_write(pn.outputs[0], out, declined=isinstance(e, WriteDeclined))
                 values[pn.outputs[0]] = pn.fn(*args)
             return
         result = pn.fn(*args)
@@ -518,29 +534,3 @@ def _is_refused_resize(e: BaseException) -> bool:
     """PyTorch refused to grow an arena tensor, or an out variant declined to write one
     (``WriteDeclined``): either way the value is allocated instead."""
     return isinstance(e, WriteDeclined) or "not resizable" in str(e)
-
-
-def map_nested(fn: Callable[[Any], Any], x: Any) -> Any:
-    """``x`` rebuilt with new lists, tuples and dicts all the way down, ``fn`` applied to
-    everything else."""
-    if isinstance(x, list):
-        return [map_nested(fn, e) for e in x]
-    if isinstance(x, tuple):
-        return tuple(map_nested(fn, e) for e in x)
-    if isinstance(x, dict):
-        return {k: map_nested(fn, v) for k, v in x.items()}
-    return fn(x)
-
-
-def _same(x: Any) -> Any:
-    return x
-
-
-def copy_containers(x: Any) -> Any:
-    """New lists, dicts and tuples all the way down; tensors and other objects as they are.
-
-    Applied to outputs that may be (or hold) a container that outlives the call — an
-    attribute of the module, say — so that the caller's result does not change when a later
-    call writes into that container. The TorchScript interpreter's results are new Python
-    containers likewise."""
-    return map_nested(_same, x)

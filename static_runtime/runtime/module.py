@@ -173,7 +173,8 @@ class StaticModule:
         checks = self.out_variant_checks
         refused = checks.refused_slots if checks is not None else frozenset()
         if base is not None:
-            arena = frozenset(s.slot for s in (*base.specs, *base.outputs)) - refused
+            arena = (frozenset(s.slot for s in (*base.specs, *base.outputs)) - refused
+                     - self._memory.declined)
             self._codes.generic(arena, program=program, ahead=True)
             self._codes.generic(arena, ahead=True)  # for the sizes recorded before it
 

@@ -164,7 +164,7 @@ def build_plan(graph: Graph, *, enable_out_variant: bool,
 def may_hold_list_or_dict(t: T.Type) -> bool:
     """Whether a value of type ``t`` may be or hold a list or dict.
 
-    Such graph outputs are returned as new containers (``interpreter.copy_containers``): a
+    Such graph outputs are returned as new containers (``copy_containers``): a
     list the graph returns may be one that outlives the call (a module attribute the next
     call appends to), and copying a few references is cheaper than proving it is not."""
     if isinstance(t, (T.ListType, T.DictType)) or t is T.Any:
@@ -176,3 +176,28 @@ def may_hold_list_or_dict(t: T.Type) -> bool:
     if isinstance(t, T.UnionType):
         return any(may_hold_list_or_dict(m) for m in t.members)
     return False
+
+
+def map_nested(fn: Callable[[Any], Any], x: Any) -> Any:
+    """``x`` with new lists, tuples and dicts all the way down, ``fn`` applied to the rest."""
+    if isinstance(x, list):
+        return [map_nested(fn, e) for e in x]
+    if isinstance(x, tuple):
+        return tuple(map_nested(fn, e) for e in x)
+    if isinstance(x, dict):
+        return {k: map_nested(fn, v) for k, v in x.items()}
+    return fn(x)
+
+
+def _same(x: Any) -> Any:
+    return x
+
+
+def copy_containers(x: Any) -> Any:
+    """New lists, dicts and tuples all the way down; tensors and other objects as they are.
+
+    Applied to outputs that may be (or hold) a container that outlives the call — an
+    attribute of the module, say — so that the caller's result does not change when a later
+    call writes into that container. The TorchScript interpreter's results are new Python
+    containers likewise."""
+    return map_nested(_same, x)

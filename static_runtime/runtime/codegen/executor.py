@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from static_runtime.memory.arena import fits
 from static_runtime.memory.cache import signature, structure
+from static_runtime.ops.registry import WriteDeclined
 from static_runtime.runtime.codegen import function
 from static_runtime.runtime.codegen.cache import CodeCache, Pending
 from static_runtime.runtime.codegen.function import GeneratedCode
@@ -19,9 +20,8 @@ from static_runtime.runtime.interpreter import (
     MemoryConfig,
     _is_refused_resize,
     annotate,
-    copy_containers,
 )
-from static_runtime.runtime.plan import ExecutionPlan
+from static_runtime.runtime.plan import ExecutionPlan, copy_containers
 
 #: the most layouts' bound functions one runtime keeps (``CodegenExecutor._bindings``)
 _MAX_BINDINGS = 256
@@ -399,7 +399,7 @@ class CodegenExecutor(Interpreter):
         if not _is_refused_resize(e):
             raise e
         self._sync()
-        self.refused_write(slot, self.values[slot])
+        self.refused_write(slot, self.values[slot], declined=isinstance(e, WriteDeclined))
         self._fast = None
         self._ready.pop(self._key, None)
         self._entered = None
