@@ -110,8 +110,8 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
                 return call(x)
         return default(x, w, b, stride_, padding_, dilation_, groups_, attr_)
 
-    #: (input shape, channels-last, threads) → our kernel's ``into`` where the bucket chose
-    #: ours, else None (the value is allocated: ``WriteDeclined``)
+    #: (input shape, channels-last, threads) → ``(into(x, out), the result's shape)`` where
+    #: the bucket chose ours, else None (the value is allocated: ``WriteDeclined``)
     writers: dict[tuple, Any] = {}
 
     def writer_for(x: torch.Tensor, key: tuple):
@@ -119,7 +119,18 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
         bucket = (size_bucket(n_ * h * w), *key[1:])
         name = chosen.get(bucket) or decide(x, bucket)
         direct = kernels.direct(name, x.shape, key[1])
-        return remember(writers, key, getattr(direct, "into", None) and direct)
+        if direct is None and not key[1]:
+            # a channels-first input ours does not read as it is (a depthwise kernel's):
+            # made channels-last first, as the allocating call does
+            direct = kernels.direct(name, x.shape, True)
+            into = getattr(direct, "into", None)
+            if into is not None:
+                def converted(x, out, into=into):
+                    into(x.contiguous(memory_format=cl), out)
+
+                return remember(writers, key, (converted, direct.out_shape))
+        into = getattr(direct, "into", None)
+        return remember(writers, key, into and (into, direct.out_shape))
 
     #: the last call that wrote: (out, x's shape, threads, channels-last, our call); the
     #: arena hands the same out tensor on every call of a layout
@@ -142,12 +153,14 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
             channels_last = x.is_contiguous(memory_format=cl)
             if channels_last or x.is_contiguous():
                 key = (x.shape, channels_last, threads())
-                direct = writers[key] if key in writers else writer_for(x, key)
-                if direct is not None and out.shape == direct.out_shape \
-                        and out.stride() == direct.out_strides \
+                writer = writers[key] if key in writers else writer_for(x, key)
+                # (channels-last dense, whatever the strides of its size-1 dimensions: an
+                # (N, C, 1, 1) result is laid out row-major by the plan, the same bytes)
+                if writer is not None and out.shape == writer[1] \
+                        and out.is_contiguous(memory_format=cl) \
                         and out.data_ptr() != x.data_ptr():
-                    direct.into(x, out)
-                    last_out[0] = (out, x.shape, key[2], channels_last, direct.into)
+                    writer[0](x, out)
+                    last_out[0] = (out, x.shape, key[2], channels_last, writer[0])
                     return out
         raise WriteDeclined(f"conv2d_pointwise ({attr}): the kernel chosen for an input of "
                             f"{tuple(x.shape)} makes its own result")

@@ -96,3 +96,20 @@ def test_a_convolution_on_another_kernel_is_allocated_after_one_decline(monkeypa
               if tuple(mod.plan.constants[pn.inputs[1]].shape[-2:]) != (1, 1)}
     assert len(others) == 2 and mod._memory.declined == others
     assert "into the arena where ours is chosen" in mod.describe()
+
+
+def test_one_pixel_convolutions_of_an_excitation_block_write_the_arena(monkeypatch, declines):
+    """A squeeze-and-excitation block's 1 × 1 convolutions on a 1 × 1-pixel tensor: the plan
+    lays their results out row-major (the same bytes as channels-last at one pixel), and
+    ours writes them there rather than declining."""
+    from test_kernels import Excite
+
+    _force(monkeypatch, lambda key, names: "native")
+    model = Excite().eval()
+    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
+    for shape in ((1, 8, 6, 6), (3, 8, 5, 7)):
+        x = torch.randn(shape)
+        for _ in range(3):
+            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
+    assert declines[0] == 0 and not mod._memory.declined
+    assert _conv_outputs(mod) <= _names_in_arena(mod)

@@ -15,6 +15,7 @@ from torch import Tensor, nn
 import static_runtime as sr
 from static_runtime.ops.ckernels.layers import GatedGemm
 from static_runtime.ops.kernels import Choice, KernelChooser
+from static_runtime.ops.registry import Tier
 
 pytestmark = needs_ckernels
 
@@ -76,6 +77,12 @@ def test_a_swiglu_mlp_fuses_and_answers_as_torchscript(case, kernel, monkeypatch
     assert _gated(mods["measure"]) == 1 and _gated(mods["interpreter"]) == 1
     assert _gated(mods["default_kernels"]) == 0  # (only where the kernel can be measured)
     assert f": {kernel} (forced)" in mods["measure"].describe()
+    # the gated product feeds the down projection only: where ours serves, it writes its
+    # arena tensor; where ATen's does, its out variant declined and it is allocated
+    mod = mods["measure"]
+    gated = next(pn for pn in mod.plan.nodes() if pn.kind == "static_runtime::gated_linear")
+    assert gated.tier is Tier.OUT
+    assert (gated.outputs[0] in mod._memory.declined) == (kernel == "aten")
 
 
 def test_an_expert_behind_an_if_fuses():
