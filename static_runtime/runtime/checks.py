@@ -78,6 +78,10 @@ class OutVariantChecks:
         #: layouts planned without a recording run whose first real call checked them
         self._checked_layouts: dict[int, weakref.ref] = {}
         self._managed_nodes: list[tuple[ProcessedNode, bool]] | None = None
+        #: managed slots whose out variant declined to write (``WriteDeclined``), seen by a
+        #: recording's check or a run (the module's ``MemoryConfig.declined``: allocated in
+        #: every layout planned or installed after)
+        self.declined: set[int] = set()
 
     # -- what is still to check
 
@@ -133,8 +137,12 @@ class OutVariantChecks:
             # not something the arena would hold (or a meta-tensor run planning ahead)
             return expected
         out, _buffer = _scratch(expected, obs.strides)
-        with draws.again():
-            problem = _compare_out(pn, args, expected, out, scratch=True)
+        try:
+            with draws.again():
+                problem = _compare_out(pn, args, expected, out, scratch=True)
+        except WriteDeclined:
+            self.declined.add(pn.outputs[0])  # (not a defect: it is allocated)
+            return expected
         self._verdict(pn, key, args, problem)
         return expected
 
@@ -235,7 +243,7 @@ def _compare_out(pn: ProcessedNode, args: list[Any], expected: Any, out: torch.T
     except Exception as e:  # what it raised is the verdict
         if isinstance(e, WriteDeclined):
             if scratch:
-                return None  # (no defect: where it declines, the value is allocated)
+                raise  # (no defect: where it declines, the value is allocated)
             raise _OutgrewArena from e
         if not scratch and isinstance(e, RuntimeError) and _refused_resize(e):
             raise _OutgrewArena from e

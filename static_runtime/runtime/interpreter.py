@@ -331,10 +331,11 @@ class Interpreter:
         ``checked``: the call checked the out variants of the nodes it ran (a real call)."""
         memory, values = self.memory, self.values
         refused = self._checks.refused_slots if self._checks is not None else frozenset()
+        refused = refused | memory.declined
         observed = {}
         for s in self._managed:
             if s in refused:
-                continue  # runs functionally: allocated each call
+                continue  # runs functionally (or its out variant declined): allocated
             obs = observe(values[s], inputs)
             if obs is not None:
                 observed[s] = obs
