@@ -37,7 +37,7 @@ from static_runtime.ops import ckernels
 from static_runtime.ops.ckernels import remember
 from static_runtime.ops.kernels import KernelChooser, size_bucket
 from static_runtime.ops.native.fused import CONV2D_POINTWISE, CONV_POSTOPS, _is_pointwise_1x1
-from static_runtime.ops.registry import WriteDeclined, labelled, register_measured
+from static_runtime.ops.registry import hands_back, labelled, register_measured
 from static_runtime.ops.selection import constant_value
 
 
@@ -111,7 +111,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
         return default(x, w, b, stride_, padding_, dilation_, groups_, attr_)
 
     #: (input shape, channels-last, threads) → ``(into(x, out), the result's shape)`` where
-    #: the bucket chose ours, else None (the value is allocated: ``WriteDeclined``)
+    #: the bucket chose ours, else None (the chosen kernel's result is handed back)
     writers: dict[tuple, Any] = {}
 
     def writer_for(x: torch.Tensor, key: tuple):
@@ -136,6 +136,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
     #: arena hands the same out tensor on every call of a layout
     last_out: list[tuple | None] = [None]
 
+    @hands_back
     @labelled(f"conv2d_pointwise ({attr}): kernel chosen per input shape by measurement, "
               f"into the arena where ours is chosen")
     def out_fn(out, x, w, b, stride_, padding_, dilation_, groups_, attr_):
@@ -162,8 +163,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
                     writer[0](x, out)
                     last_out[0] = (out, x.shape, key[2], channels_last, writer[0])
                     return out
-        raise WriteDeclined(f"conv2d_pointwise ({attr}): the kernel chosen for an input of "
-                            f"{tuple(x.shape)} makes its own result")
+        return fn(x, w, b, stride_, padding_, dilation_, groups_, attr_)  # (its own result)
 
     def status() -> str:
         if not choices:

@@ -27,7 +27,7 @@ from static_runtime.ops.ckernels.layers import l2_normalize, layer_norm, rms_nor
 from static_runtime.ops.enums import Kind, enum_table
 from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
 from static_runtime.ops.registry import (
-    WriteDeclined,
+    hands_back,
     implement_torch_ops,
     labelled,
     register_measured,
@@ -62,12 +62,12 @@ def _choose(per_shape: PerShape, what: str, x: torch.Tensor, threads: int, make)
     return name
 
 
-def _into_arena(what: str, accepts: Callable[..., bool], calls: dict, decide: Callable
-                ) -> Callable[..., Any]:
+def _into_arena(what: str, accepts: Callable[..., bool], calls: dict, decide: Callable,
+                fn: Callable[..., Any]) -> Callable[..., Any]:
     """The out variant of a measured row-wise kernel: where ours is chosen for ``x``'s shape,
     it writes the (contiguous, ``x``-shaped) arena tensor ``out`` — no allocation, ~0.6 µs of
-    a call that takes 2–5 at a few rows —; elsewhere it declines (``WriteDeclined``: the
-    value is allocated by the functional form). ``accepts(x, *args)``: the arguments our
+    a call that takes 2–5 at a few rows —; elsewhere it hands back the functional form
+    ``fn``'s result (``registry.hands_back``). ``accepts(x, *args)``: the arguments our
     kernels take (the functional form's checks); ``calls``/``decide``: its choices."""
     f32, threads = torch.float32, torch.get_num_threads
     #: the last call that wrote: (out, x's shape, threads, our call); the arena hands the
@@ -89,11 +89,10 @@ def _into_arena(what: str, accepts: Callable[..., bool], calls: dict, decide: Ca
                 last[0] = (out, x.shape, key[1], into)
                 into(x, out)
                 return out
-        raise WriteDeclined(f"{what}: the kernel chosen for an input of {tuple(x.shape)} "
-                            f"makes its own result")
+        return fn(x, *args)  # (its own result)
 
-    return labelled(f"{what}: kernel chosen per input shape by measurement, into the arena "
-                    f"where ours is chosen")(out_fn)
+    return hands_back(labelled(f"{what}: kernel chosen per input shape by measurement, into "
+                               f"the arena where ours is chosen")(out_fn))
 
 
 @register_native("static_runtime::rms_norm")
@@ -145,7 +144,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                 return call(x)
         return default(x, w, eps_, dtype_)
 
-    out_fn = _into_arena("rms_norm", accepts, calls, decide)
+    out_fn = _into_arena("rms_norm", accepts, calls, decide, fn)
     return tuple(per_shape.expose(f, ("rms_norm", h), ("rows<=", "h=")) for f in (fn, out_fn))
 
 
@@ -198,7 +197,7 @@ def _measured_l2(node: Node, chooser: KernelChooser, default: Callable[..., Any]
         return x.dtype is f32 and x.is_cpu and x.is_contiguous() and dim_ == dim \
             and eps_ == eps
 
-    out_fn = _into_arena("l2_normalize", accepts, calls, decide)
+    out_fn = _into_arena("l2_normalize", accepts, calls, decide, fn)
     return tuple(per_shape.expose(f, ("l2_normalize", dim), ("rows<=", "h="))
                  for f in (fn, out_fn))
 
@@ -271,7 +270,7 @@ def _measured_layer_norm(node: Node, chooser: KernelChooser, default: Callable[.
                 return call(x)
         return default(x, shape_, w, b, eps_, *rest)
 
-    out_fn = _into_arena("layer_norm", accepts, calls, decide)
+    out_fn = _into_arena("layer_norm", accepts, calls, decide, fn)
     return tuple(per_shape.expose(f, ("layer_norm", h), ("rows<=", "h="))
                  for f in (fn, out_fn))
 

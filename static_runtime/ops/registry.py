@@ -95,14 +95,6 @@ def forwards(call: InlineCall) -> Callable[[Callable[..., Any]], Callable[..., A
     return deco
 
 
-class WriteDeclined(RuntimeError):
-    """Raised by an out variant that does not write into the tensor it is given for these
-    arguments (its kernel for them makes its own result: a convolution measured faster on
-    oneDNN than on our kernel). Nothing was written; the runtime allocates the value instead,
-    by the functional form, for the current memory layout (as where PyTorch refused to grow
-    an arena tensor)."""
-
-
 class UnsupportedOperatorError(RuntimeError):
     """No implementation can run a node."""
 
@@ -295,6 +287,20 @@ def _is_static_builtin(fn: Any) -> bool:
         return True
     return (isinstance(fn, types.BuiltinFunctionType)
             and (fn.__self__ is None or isinstance(fn.__self__, (types.ModuleType, type))))
+
+
+def hands_back(out_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark an out variant that may hand back a result of its own rather than write ``out``
+    (the kernel chosen for those arguments makes its own result: a convolution measured
+    faster on oneDNN than on our kernel): its caller takes what it returns as the value, for
+    that call, and keeps no view of ``out`` for it. ``out`` is then left as it was."""
+    out_fn.__sr_hands_back__ = True  # type: ignore[attr-defined]
+    return out_fn
+
+
+def may_hand_back(out_fn: Any) -> bool:
+    """Whether ``out_fn`` is marked by ``hands_back``."""
+    return getattr(out_fn, "__sr_hands_back__", False)
 
 
 def labelled(label: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -43,7 +43,7 @@ import torch
 from static_runtime.ir import schema as S
 from static_runtime.memory.arena import TensorSpec, materialize, observe
 from static_runtime.memory.planner import DEFAULT_ALIGNMENT
-from static_runtime.ops.registry import WriteDeclined
+from static_runtime.ops.registry import may_hand_back
 from static_runtime.runtime.plan import ProcessedNode
 
 
@@ -78,10 +78,6 @@ class OutVariantChecks:
         #: layouts planned without a recording run whose first real call checked them
         self._checked_layouts: dict[int, weakref.ref] = {}
         self._managed_nodes: list[tuple[ProcessedNode, bool]] | None = None
-        #: managed slots whose out variant declined to write (``WriteDeclined``), seen by a
-        #: recording's check or a run (the module's ``MemoryConfig.declined``: allocated in
-        #: every layout planned or installed after)
-        self.declined: set[int] = set()
 
     # -- what is still to check
 
@@ -137,12 +133,8 @@ class OutVariantChecks:
             # not something the arena would hold (or a meta-tensor run planning ahead)
             return expected
         out, _buffer = _scratch(expected, obs.strides)
-        try:
-            with draws.again():
-                problem = _compare_out(pn, args, expected, out, scratch=True)
-        except WriteDeclined:
-            self.declined.add(pn.outputs[0])  # (not a defect: it is allocated)
-            return expected
+        with draws.again():
+            problem, _ = _compare_out(pn, args, expected, out, scratch=True)
         self._verdict(pn, key, args, problem)
         return expected
 
@@ -151,26 +143,25 @@ class OutVariantChecks:
         """A layout's first real call: run ``pn``'s out variant into its arena tensor
         ``out``, checked against the functional form if its key is new.
         Returns ``(result, in_arena)``; ``in_arena`` False: the value is allocated from now
-        on (refused, or its size outgrew the arena tensor); None: its out variant declined
-        to write (``WriteDeclined``), and it is allocated."""
+        on (refused, or its size outgrew the arena tensor)."""
         key = self.pending(pn, args)
         if key is None:
             try:
-                pn.out_fn(out, *args)
+                result = pn.out_fn(out, *args)
             except RuntimeError as e:
                 if not _refused_resize(e):
                     raise
-                return pn.fn(*args), None if isinstance(e, WriteDeclined) else False
-            return out, True
+                return pn.fn(*args), False
+            return (result if _handed_back(pn, out, result) else out), True
         draws = _Draws(self._generators(pn, args))
         expected = pn.fn(*args)
         try:
             with draws.again():
-                problem = _compare_out(pn, args, expected, out, scratch=False)
-        except _OutgrewArena as e:
-            return expected, None if isinstance(e.__cause__, WriteDeclined) else False
+                problem, written = _compare_out(pn, args, expected, out, scratch=False)
+        except _OutgrewArena:
+            return expected, False
         self._verdict(pn, key, args, problem)
-        return (expected, False) if problem is not None else (out, True)
+        return (expected, False) if problem is not None else (written, True)
 
     def _verdict(self, pn: ProcessedNode, key: tuple, args: list[Any],
                  problem: str | None) -> None:
@@ -225,41 +216,44 @@ class _OutgrewArena(Exception):
 
 
 def _refused_resize(e: BaseException) -> bool:
-    return isinstance(e, WriteDeclined) or "not resizable" in str(e)
+    return "not resizable" in str(e)
 
 
 def _compare_out(pn: ProcessedNode, args: list[Any], expected: Any, out: torch.Tensor, *,
-                 scratch: bool) -> str | None:
-    """Poison ``out``, run the out variant into it, compare with ``expected``: None if they
-    agree, else what differs."""
+                 scratch: bool) -> tuple[str | None, Any]:
+    """Poison ``out``, run the out variant into it, compare with ``expected``: ``(None if
+    they agree, else what differs; the tensor holding the out variant's result — ``out``, or
+    the one it handed back, ``registry.hands_back``)``."""
     if not isinstance(expected, torch.Tensor):
-        return f"the functional form returned a {type(expected).__name__}, not a tensor"
+        return f"the functional form returned a {type(expected).__name__}, not a tensor", out
     if out.shape == expected.shape and out.dtype == expected.dtype:
         poison = _poison(_comparable(expected))
         if poison is not None:
             out.copy_(poison)  # (cast back for dtypes compared through a wider one)
     try:
-        pn.out_fn(out, *args)
+        result = pn.out_fn(out, *args)
     except Exception as e:  # what it raised is the verdict
-        if isinstance(e, WriteDeclined):
-            if scratch:
-                raise  # (no defect: where it declines, the value is allocated)
-            raise _OutgrewArena from e
         if not scratch and isinstance(e, RuntimeError) and _refused_resize(e):
             raise _OutgrewArena from e
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        return f"it raised {type(e).__name__}: {first[:200]}"
-    if out.shape != expected.shape or out.dtype != expected.dtype:
-        return (f"it wrote {_tensor_str(out)} where the functional form returns "
-                f"{_tensor_str(expected)}")
-    out, expected = _comparable(out), _comparable(expected)
-    if torch.equal(out, expected):
-        return None
+        return f"it raised {type(e).__name__}: {first[:200]}", out
+    written = result if _handed_back(pn, out, result) else out
+    if written.shape != expected.shape or written.dtype != expected.dtype:
+        return (f"it wrote {_tensor_str(written)} where the functional form returns "
+                f"{_tensor_str(expected)}"), written
+    got, expected = _comparable(written), _comparable(expected)
+    if torch.equal(got, expected):
+        return None, written
     try:
-        torch.testing.assert_close(out, expected, equal_nan=True, check_stride=False)
+        torch.testing.assert_close(got, expected, equal_nan=True, check_stride=False)
     except AssertionError:
-        return _difference(out, expected)
-    return None
+        return _difference(got, expected), written
+    return None, written
+
+
+def _handed_back(pn: ProcessedNode, out: torch.Tensor, result: Any) -> bool:
+    """Whether the out variant handed back a result of its own (``registry.hands_back``)."""
+    return result is not out and isinstance(result, torch.Tensor) and may_hand_back(pn.out_fn)
 
 
 #: Dtypes PyTorch's CPU kernels cannot compare (``equal``, ``isnan``): compared as these.

@@ -45,6 +45,7 @@ import torch
 from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
+from static_runtime.ops.registry import may_hand_back
 from static_runtime.passes.alias import AliasDb
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedNode
@@ -94,6 +95,9 @@ class Hoister:
             self._readers.setdefault(s, []).append(None)  # read by the caller
         self._static: dict[Node, bool] = {}
         self._stable: dict[int, bool] = {}
+        #: managed values whose out variant may hand back a result of its own
+        self._handing_back = frozenset(pn.outputs[0] for pn in plan.nodes()
+                                       if pn.managed and may_hand_back(pn.out_fn))
 
     @property
     def db(self) -> AliasDb:
@@ -108,9 +112,12 @@ class Hoister:
         known = set(self.plan.constants) | (set(spec.known) if spec is not None else set())
         dropped = spec.dropped if spec is not None else set()
         outputs = set(self.plan.block.outputs)
-        # (an arena value the signature fixes is a constant of the code: its node never runs)
+        # (an arena value the signature fixes is a constant of the code: its node never runs;
+        # one whose out variant may hand back a result of its own is not always the arena
+        # tensor: ``registry.hands_back``)
         root: dict[int, int] = {s: s for s in arena
-                                if s not in known and self._metadata_stable(s)}
+                                if s not in known and s not in self._handing_back
+                                and self._metadata_stable(s)}
         nodes: list[ProcessedNode] = []
         by_node: dict[Node, int] = {}
         for pn in self.plan.block.nodes:

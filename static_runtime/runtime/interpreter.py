@@ -28,7 +28,7 @@ from static_runtime.memory.arena import (
 from static_runtime.memory.cache import LayoutCache, Sightings, signature, structure
 from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.planner import DEFAULT_ALIGNMENT
-from static_runtime.ops.registry import WriteDeclined
+from static_runtime.ops.registry import may_hand_back
 from static_runtime.runtime.checks import OutVariantChecks
 from static_runtime.runtime.futures import fork
 from static_runtime.runtime.plan import (
@@ -81,10 +81,6 @@ class MemoryConfig:
     #: was full, served by code that allocates (no layout): laid out when they come back
     #: (``CodegenExecutor._run_once``)
     sightings: Sightings = field(default_factory=lambda: Sightings(4096))
-    #: managed values whose out variant declined to write its arena tensor (``WriteDeclined``:
-    #: the kernel chosen for those arguments makes its own result): allocated in every layout
-    #: installed after, rather than declining (and binding anew) on each one's first call
-    declined: set = field(default_factory=set)
 
 
 class Interpreter:
@@ -96,6 +92,9 @@ class Interpreter:
             self.values[slot] = value
         #: managed slots not in the arena for the current layout: cleared after each call
         self.unkept: set[int] = set()
+        #: this call's values an out variant handed back in place of its arena tensor
+        #: (``registry.hands_back``): (slot, the arena tensor), put back by ``clear``
+        self._handed: list[tuple[int, torch.Tensor]] = []
         self.layout: ArenaLayout | None = None
         self.arena: torch.Tensor | None = None
         #: managed outputs (``manage_output_tensors``): their arena, and how many references
@@ -213,6 +212,10 @@ class Interpreter:
             values[s] = None
         for s in self.unkept:
             values[s] = None
+        if self._handed:
+            for s, arena_tensor in self._handed:
+                values[s] = arena_tensor
+            self._handed.clear()
 
     # -- managed memory
     def _switch(self, key: tuple, inputs: list[Any]) -> None:
@@ -331,11 +334,10 @@ class Interpreter:
         ``checked``: the call checked the out variants of the nodes it ran (a real call)."""
         memory, values = self.memory, self.values
         refused = self._checks.refused_slots if self._checks is not None else frozenset()
-        refused = refused | memory.declined
         observed = {}
         for s in self._managed:
             if s in refused:
-                continue  # runs functionally (or its out variant declined): allocated
+                continue  # runs functionally: allocated each call
             obs = observe(values[s], inputs)
             if obs is not None:
                 observed[s] = obs
@@ -390,24 +392,20 @@ class Interpreter:
                 if len(cache) >= _MAX_LAYOUT_TENSORS:
                     del cache[next(iter(cache))]
                 cache[id(layout)] = (layout, tensors)
-        values, allocated = self.values, refused | self.memory.declined
+        values = self.values
         for s in self._managed:
-            values[s] = tensors.get(s) if s not in allocated else None
-        self.unkept = set(layout.unmanaged) | allocated
+            values[s] = tensors.get(s) if s not in refused else None
+        self.unkept = set(layout.unmanaged) | refused
         self.layout = layout
         self._recording = False
         return reused
 
-    def refused_write(self, slot: int, tensor: Any, declined: bool = False) -> None:
+    def refused_write(self, slot: int, tensor: Any) -> None:
         """PyTorch refused to grow the arena tensor of ``slot`` past its region: the value is
         allocated from now on for this layout. PyTorch sets the tensor's new sizes before it
         finds its storage cannot grow, so they are set back to the layout's here: the tensor
         stays this runtime's for the layout (and its region's neighbours), and a later write
-        of those sizes would go past its region into freed or foreign memory. ``declined``:
-        the out variant declined to write (``WriteDeclined``): the value is allocated in the
-        layouts installed after this one too (``MemoryConfig.declined``)."""
-        if declined:
-            self.memory.declined.add(slot)
+        of those sizes would go past its region into freed or foreign memory."""
         self.unkept.add(slot)
         layout = self.layout
         if layout is None or not isinstance(tensor, torch.Tensor):
@@ -460,20 +458,23 @@ class Interpreter:
                 result, in_arena = self._checks.verify(pn, args, out)
                 if not in_arena:
                     self.unkept.add(pn.outputs[0])
-                    if in_arena is None:
-                        self.memory.declined.add(pn.outputs[0])
+                elif result is not out:  # (handed back: the arena tensor is put back after)
+                    self._handed.append((pn.outputs[0], out))
                 values[pn.outputs[0]] = result
                 return
             try:
-                pn.out_fn(out, *args)
+                result = pn.out_fn(out, *args)
             except RuntimeError as e:
                 if not _is_refused_resize(e):
                     raise
                 # A data-dependent size outgrew its planned region: PyTorch refused to
-                # resize the arena tensor (or the out variant declined to write it).
-                # Allocate instead, now and for this layout.
-                self.refused_write(pn.outputs[0], out, declined=isinstance(e, WriteDeclined))
+                # resize the arena tensor. Allocate instead, now and for this layout.
+                self.refused_write(pn.outputs[0], out)
                 values[pn.outputs[0]] = pn.fn(*args)
+            else:
+                if result is not out and may_hand_back(pn.out_fn):
+                    self._handed.append((pn.outputs[0], out))
+                    values[pn.outputs[0]] = result
             return
         result = pn.fn(*args)
         n = len(pn.outputs)
@@ -532,6 +533,4 @@ def _storage_use_count(t: torch.Tensor) -> int:
 
 
 def _is_refused_resize(e: BaseException) -> bool:
-    """PyTorch refused to grow an arena tensor, or an out variant declined to write one
-    (``WriteDeclined``): either way the value is allocated instead."""
-    return isinstance(e, WriteDeclined) or "not resizable" in str(e)
+    return "not resizable" in str(e)

@@ -124,9 +124,7 @@ class StaticModule:
             self.lifetimes, self.layouts, self.options.memory_planner,
             self.options.verify_memory_plans, self.out_variant_checks,
             programs=ShapePrograms() if self.options.shape_programs else None,
-            input_names=tuple(v.name for v in self.graph.inputs),
-            declined=(self.out_variant_checks.declined if self.out_variant_checks is not None
-                      else set())) if manage else None
+            input_names=tuple(v.name for v in self.graph.inputs)) if manage else None
         if self._memory is not None and self._memory.programs is not None:
             self._memory.programs.on_ready = self._program_ready
         self.binder = make_binder(self.graph)
@@ -175,8 +173,7 @@ class StaticModule:
         checks = self.out_variant_checks
         refused = checks.refused_slots if checks is not None else frozenset()
         if base is not None:
-            arena = (frozenset(s.slot for s in (*base.specs, *base.outputs)) - refused
-                     - self._memory.declined)
+            arena = frozenset(s.slot for s in (*base.specs, *base.outputs)) - refused
             self._codes.generic(arena, program=program, ahead=True)
             self._codes.generic(arena, ahead=True)  # for the sizes recorded before it
 

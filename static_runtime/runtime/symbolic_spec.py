@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from static_runtime.ir import schema as S
+from static_runtime.ops.registry import may_hand_back
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 from static_runtime.runtime.facts import CONST_TYPES, Const, SeqFact, Specialization
 from static_runtime.runtime.liveness import Liveness
@@ -82,7 +83,10 @@ def _kept_views(plan: ExecutionPlan, spec: Specialization, runner: Runner,
     signature alone, where nothing changes the metadata of the value or of the result, and
     the caller never gets it. The code keeps a result only if its layout's first call made
     a view (``codegen.nodes``)."""
-    managed = set(plan.managed_slots)
+    # (a value whose out variant may hand back a result of its own is not always the arena
+    # tensor: ``registry.hands_back``)
+    managed = set(plan.managed_slots) - {
+        pn.outputs[0] for pn in plan.nodes() if pn.managed and may_hand_back(pn.out_fn)}
     viewed: set[int] = set()
     kept = set()
     db = specializer.db

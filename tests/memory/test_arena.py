@@ -100,15 +100,7 @@ def test_plan_ahead_matches_first_call_plan(name):
     assert ahead.ahead_of_time_error is None
     later = sr.StaticModule(scripted)
     later(*inputs)
-    # the same values placed, but those whose out variant declined on the first call (a
-    # convolution measured faster on oneDNN makes its own result): ahead of any call that
-    # is not known, and the recording call leaves them out of the arena
-    declined = {v.name for v, slot in later.plan.slot_of.items()
-                if slot in later._memory.declined}
-    placed = {p.request.name for p in ahead.memory_plan().placements}
-    assert {p.request.name for p in later.memory_plan().placements} == placed - declined
-    if not declined:
-        assert ahead.memory_plan().arena_bytes == later.memory_plan().arena_bytes
+    assert ahead.memory_plan().arena_bytes == later.memory_plan().arena_bytes
     check(scripted, inputs, spec.example_inputs(3, seed=1),
           options={"ahead": sr.StaticModuleOptions(verify_memory_plans=True)})
 

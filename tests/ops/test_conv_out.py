@@ -1,19 +1,19 @@
 """Measured convolutions write into the arena where our kernel is chosen: the value is a
 planned arena tensor (no allocation a call: ~1 µs of a small convolution's ~2); where
-another kernel is chosen, the out variant declines (``WriteDeclined``) and the value is
-allocated for that memory layout — once, not on every call."""
+another kernel is chosen, the out variant hands back that kernel's result
+(``registry.hands_back``) — no refusal, no new binding, no code made for it."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from differential import check
-from test_kernels import MEASURE, MEASURE_INTERP, Convs
+from test_kernels import MEASURE, MEASURE_INTERP, Convs, Excite
 
 import static_runtime as sr
-from static_runtime.ops import ckernels, conv
+from static_runtime.ops import ckernels
 from static_runtime.ops.kernels import Choice, KernelChooser
-from static_runtime.ops.registry import Tier, WriteDeclined
+from static_runtime.ops.registry import Tier, may_hand_back
 
 pytestmark = pytest.mark.skipif(not ckernels.available(),
                                 reason=f"no C kernels: {ckernels.why_unavailable()}")
@@ -30,86 +30,82 @@ def _force(monkeypatch, pick):
     monkeypatch.setattr(KernelChooser, "choose", forced)
 
 
-@pytest.fixture
-def declines(monkeypatch):
-    """How many times a convolution's out variant declined."""
-    count = [0]
-
-    class Counted(WriteDeclined):
-        def __init__(self, *args):
-            count[0] += 1
-            super().__init__(*args)
-
-    monkeypatch.setattr(conv, "WriteDeclined", Counted)
-    return count
+def _convs(mod: sr.StaticModule) -> list:
+    return [pn for pn in mod.plan.nodes() if pn.kind == CONV]
 
 
 def _names_in_arena(mod: sr.StaticModule) -> set[str]:
     return {p.request.name for p in mod.memory_plan().placements}
 
 
-def _conv_outputs(mod: sr.StaticModule) -> set[str]:
-    return {pn.node.outputs[0].name for pn in mod.plan.nodes() if pn.kind == CONV}
+def _inner_conv_outputs(mod: sr.StaticModule) -> set[str]:
+    """Convolution results another node reads (the caller never gets them)."""
+    read = {v.name for pn in mod.plan.nodes() for v in pn.node.inputs}
+    return {pn.node.outputs[0].name for pn in _convs(mod)} & read
 
 
-def test_ours_chosen_every_convolution_writes_into_the_arena(monkeypatch, declines):
-    _force(monkeypatch, lambda key, names: "native")
+def _run(mod, model, shapes, calls=3):
+    torch.manual_seed(1)
+    for shape in shapes:
+        x = torch.randn(shape)
+        before = x.clone()
+        for _ in range(calls):
+            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
+        assert torch.equal(x, before)
+
+
+@pytest.mark.parametrize("pick", ["native", "mixed", "onednn", "aten"])
+def test_convolutions_answer_as_torchscript_whichever_kernel_serves(monkeypatch, pick):
+    # "mixed": the 1 × 1 ones (keys with a (..., 1, 1) weight) on ours, the 3 × 3 and the
+    # depthwise on oneDNN
+    _force(monkeypatch, lambda key, names: pick if pick != "mixed" else (
+        "native" if "1, 1)" in key else "onednn"))
     torch.manual_seed(0)
     first, second = [torch.randn(1, 3, 12, 12)], [torch.randn(2, 3, 9, 7)]
     check(Convs().eval(), first, second, options={"measure": MEASURE,
                                                     "interpreter": MEASURE_INTERP})
     model = Convs().eval()
     mod = sr.StaticModule(torch.jit.script(model), MEASURE)
-    assert all(pn.tier is Tier.OUT for pn in mod.plan.nodes() if pn.kind == CONV)
-    for x in (first[0], second[0], first[0]):
-        before = x.clone()
-        for _ in range(3):
-            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
-        assert torch.equal(x, before)
-    # every convolution's result but the one the caller gets lives in the arena
-    inner = _conv_outputs(mod) & {v.name for pn in mod.plan.nodes() for v in pn.node.inputs}
+    assert all(pn.tier is Tier.OUT and may_hand_back(pn.out_fn) for pn in _convs(mod))
+    _run(mod, model, ((1, 3, 12, 12), (2, 3, 9, 7), (1, 3, 12, 12)))
+    # every result another node reads is planned in the arena, whichever kernel serves it
+    inner = _inner_conv_outputs(mod)
     assert len(inner) == 4 and inner <= _names_in_arena(mod), (inner, _names_in_arena(mod))
-    assert declines[0] == 0
 
 
-@pytest.mark.parametrize("other", ["onednn", "aten"])
-def test_a_convolution_on_another_kernel_is_allocated_after_one_decline(monkeypatch,
-                                                                        declines, other):
-    # the 1 × 1 ones (w=(24, 16 / (16, 24) on ours, the 3 × 3 and the depthwise on ``other``
-    _force(monkeypatch, lambda key, names: "native" if "1, 1)" in key else other)
+def test_a_kernel_that_makes_its_own_result_makes_no_code_on_later_sizes(monkeypatch):
+    """Sizes laid out after the first: where oneDNN serves, its result is handed back in the
+    code the layouts run, not refused into code of their own."""
+    _force(monkeypatch, lambda key, names: "native" if "1, 1)" in key else "onednn")
     model = Convs().eval()
-    mod = sr.StaticModule(torch.jit.script(model), MEASURE)
-    torch.manual_seed(1)
-    for shape in ((1, 3, 12, 12), (2, 3, 9, 7)):
-        x = torch.randn(shape)
-        for _ in range(2):
-            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
-        after_layout = declines[0]
-        for _ in range(3):
-            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
-        assert declines[0] == after_layout  # declined on a layout's first run only
-    # each declining convolution declines when a recording checks it and on the first run
-    # of the first layout; the layouts after allocate it without asking
-    assert 1 <= declines[0] <= 2 * 2 + 2
-    convs = [pn for pn in mod.plan.nodes() if pn.kind == CONV]
-    others = {pn.outputs[0] for pn in convs
-              if tuple(mod.plan.constants[pn.inputs[1]].shape[-2:]) != (1, 1)}
-    assert len(others) == 2 and mod._memory.declined == others
-    assert "into the arena where ours is chosen" in mod.describe()
+    mod = sr.StaticModule(torch.jit.script(model), sr.StaticModuleOptions())
+    _run(mod, model, ((1, 3, 12, 12), (1, 3, 16, 16)))
+    from static_runtime.runtime.hot import wait_for_builds
+
+    wait_for_builds()
+    _run(mod, model, ((1, 3, 12, 12), (1, 3, 16, 16)))
+    generated = mod._codes.generated
+    _run(mod, model, ((1, 3, 10, 11), (2, 3, 13, 9), (1, 3, 12, 12), (1, 3, 14, 14)))
+    assert mod._codes.generated == generated
 
 
-def test_one_pixel_convolutions_of_an_excitation_block_write_the_arena(monkeypatch, declines):
+def test_one_pixel_convolutions_of_an_excitation_block_write_the_arena(monkeypatch):
     """A squeeze-and-excitation block's 1 × 1 convolutions on a 1 × 1-pixel tensor: the plan
     lays their results out row-major (the same bytes as channels-last at one pixel), and
-    ours writes them there rather than declining."""
-    from test_kernels import Excite
-
+    ours writes them there."""
     _force(monkeypatch, lambda key, names: "native")
     model = Excite().eval()
     mod = sr.StaticModule(torch.jit.script(model), MEASURE)
-    for shape in ((1, 8, 6, 6), (3, 8, 5, 7)):
-        x = torch.randn(shape)
-        for _ in range(3):
-            torch.testing.assert_close(mod(x), model(x), rtol=1e-4, atol=1e-4)
-    assert declines[0] == 0 and not mod._memory.declined
-    assert _conv_outputs(mod) <= _names_in_arena(mod)
+    seen: list = []
+    for pn in _convs(mod):
+        out_fn = pn.out_fn
+
+        def spy(out, *args, out_fn=out_fn):
+            result = out_fn(out, *args)
+            seen.append(result is out)
+            return result
+
+        object.__setattr__(pn, "out_fn", spy)
+    _run(mod, model, ((1, 8, 6, 6), (3, 8, 5, 7)))
+    assert seen and all(seen)  # (every call wrote its arena tensor)
+    assert _inner_conv_outputs(mod) <= _names_in_arena(mod)

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 import static_runtime as sr
 from static_runtime.ops.ckernels.layers import GatedGemm
 from static_runtime.ops.kernels import Choice, KernelChooser
-from static_runtime.ops.registry import Tier
+from static_runtime.ops.registry import Tier, may_hand_back
 
 pytestmark = needs_ckernels
 
@@ -77,12 +77,11 @@ def test_a_swiglu_mlp_fuses_and_answers_as_torchscript(case, kernel, monkeypatch
     assert _gated(mods["measure"]) == 1 and _gated(mods["interpreter"]) == 1
     assert _gated(mods["default_kernels"]) == 0  # (only where the kernel can be measured)
     assert f": {kernel} (forced)" in mods["measure"].describe()
-    # the gated product feeds the down projection only: where ours serves, it writes its
-    # arena tensor; where ATen's does, its out variant declined and it is allocated
-    mod = mods["measure"]
-    gated = next(pn for pn in mod.plan.nodes() if pn.kind == "static_runtime::gated_linear")
-    assert gated.tier is Tier.OUT
-    assert (gated.outputs[0] in mod._memory.declined) == (kernel == "aten")
+    # an out variant: where ours serves it writes its arena tensor, where ATen's does it
+    # hands back ATen's result (both checked above, on two shape sets)
+    gated = next(pn for pn in mods["measure"].plan.nodes()
+                 if pn.kind == "static_runtime::gated_linear")
+    assert gated.tier is Tier.OUT and may_hand_back(gated.out_fn)
 
 
 def test_an_expert_behind_an_if_fuses():

@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 
 from static_runtime.memory.arena import fits
 from static_runtime.memory.cache import signature, structure
-from static_runtime.ops.registry import WriteDeclined
 from static_runtime.runtime.codegen import function
 from static_runtime.runtime.codegen.cache import CodeCache, Pending
 from static_runtime.runtime.codegen.function import GeneratedCode
@@ -399,7 +398,7 @@ class CodegenExecutor(Interpreter):
         if not _is_refused_resize(e):
             raise e
         self._sync()
-        self.refused_write(slot, self.values[slot], declined=isinstance(e, WriteDeclined))
+        self.refused_write(slot, self.values[slot])
         self._fast = None
         self._ready.pop(self._key, None)
         self._entered = None

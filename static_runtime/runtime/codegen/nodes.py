@@ -10,7 +10,7 @@ from typing import Any
 
 from static_runtime.ir import schema as S
 from static_runtime.ops.registry import Const as InlineConst
-from static_runtime.ops.registry import Tier, inline_call
+from static_runtime.ops.registry import Tier, inline_call, may_hand_back
 from static_runtime.runtime.codegen.names import literal
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
 from static_runtime.runtime.specialize import Specialization
@@ -182,8 +182,13 @@ class NodeEmission:
             m = self.arena_names[outs[0]]
             target = self.local(outs[0])
             self.emit(indent, "try:")
-            self.emit(indent + 1, self.call(pn, pn.out_fn, "o", m), pn)
-            self.emit(indent + 1, f"{target} = {m}")
+            if may_hand_back(pn.out_fn):
+                # (it writes ``m`` or hands back a result of its own: what it returns is the
+                # value; no view of ``m`` is kept for it)
+                self.emit(indent + 1, f"{target} = {self.call(pn, pn.out_fn, 'o', m)}", pn)
+            else:
+                self.emit(indent + 1, self.call(pn, pn.out_fn, "o", m), pn)
+                self.emit(indent + 1, f"{target} = {m}")
             self.emit(indent, "except RuntimeError as e:")
             self.emit(indent + 1, f"{target} = _refused(e, {outs[0]}, {fn}, {args})", pn)
             for memo in self.view_resets.get(outs[0], ()):
