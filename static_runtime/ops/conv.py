@@ -23,6 +23,11 @@ each input shape, layout (channels-last or not) and thread count, the first call
 Every candidate returns a channels-last tensor, as the oneDNN kernel does, so a choice never
 changes the layout the operators after it see (``passes/fusion.py`` fuses only convolutions
 whose outputs reach layout-insensitive uses, and mixed layouts would slow those down).
+
+The measured node also has an out variant (which the unmeasured one lacks): where the input's
+bucket chose ours, it writes the planned, channels-last arena tensor (no allocation: ~1 µs of
+a small convolution's call); where another kernel serves, it hands back that kernel's result
+(``registry.hands_back``).
 """
 
 from __future__ import annotations
