@@ -90,6 +90,12 @@ GATED_LINEAR = ("static_runtime::gated_linear(Tensor input, Tensor gate_weight, 
 LINEAR_RESIDUAL = ("static_runtime::linear_residual(Tensor input, Tensor weight, Tensor? bias, "
                    "Tensor residual, str attr) -> Tensor")
 
+#: ``self.index_add_(0, index, source * scale.unsqueeze(-1))``: a mixture of experts adding
+#: each expert's output, weighted by its routing weights, back at its tokens' rows
+#: (``passes/scatter.py``).
+INDEX_ADD_SCALED = ("static_runtime::index_add_scaled_(Tensor(a!) self, Tensor index, "
+                    "Tensor source, Tensor scale) -> Tensor(a!)")
+
 #: ``bool(op(self, other))`` for ``op`` one of ``lt le gt ge eq ne`` and a constant number
 #: ``other``: a data-dependent condition (``if x.mean() > 0``, ``while delta > tol``) as one
 #: node, with no tensor made for the comparison (``passes/conditions.py``).
@@ -99,7 +105,7 @@ COMPARE_SCALAR = "static_runtime::compare_scalar(Tensor self, Scalar other, str 
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
            LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM, EMBEDDINGS, EMBEDDING_BAGS,
            EMBEDDING_BAG_ROWS, COMPARE_SCALAR,
-           L2_NORMALIZE, GATED_LINEAR, LINEAR_RESIDUAL)
+           L2_NORMALIZE, GATED_LINEAR, LINEAR_RESIDUAL, INDEX_ADD_SCALED)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

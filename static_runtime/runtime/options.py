@@ -76,6 +76,10 @@ class StaticModuleOptions:
     #: projections, recurrences) → one node whose kernel is measured (our product adding
     #: ``r`` in its epilogue; ``passes/residual.py``), with ``kernel_choice="measure"``
     fuse_linear_residual: bool = True
+    #: ``self.index_add_(0, index, source * scale.unsqueeze(-1))`` (a mixture of experts'
+    #: weighted scatter-add) → one node whose kernel is measured (our loop weighting each row
+    #: as it adds it; ``passes/scatter.py``), with ``kernel_choice="measure"``
+    fuse_scaled_index_add: bool = True
     #: GELU's tanh approximation written out (GPT-2's gelu_new: eight operators) →
     #: ``aten::gelu(x, approximate="tanh")`` (``passes/gelu.py``)
     fuse_gelu: bool = True
@@ -223,5 +227,6 @@ class StaticModuleOptions:
         enabled["fuse_l2_normalize"] &= self.kernel_choice == "measure"
         enabled["fuse_gated_linear"] &= self.kernel_choice == "measure"
         enabled["fuse_linear_residual"] &= self.kernel_choice == "measure"
+        enabled["fuse_scaled_index_add"] &= self.kernel_choice == "measure"
         enabled["fuse_linear_activation"] &= self.kernel_choice == "measure"
         return enabled

@@ -51,3 +51,32 @@ int sr_index_add_rows(float *self, int64_t rows, int64_t len, const int64_t *ind
     }
     return 0;
 }
+
+/* sr_index_add_rows with source row i multiplied by scale[i] first: self[index[i]] +=
+   src[i] * scale[i], the product rounded before the sum as a separate multiply gives it
+   (no fused multiply-add: the same bits as ``index_add_(0, index, src * scale[:, None])``). */
+__attribute__((optimize("fp-contract=off")))
+int sr_index_add_rows_scaled(float *self, int64_t rows, int64_t len, const int64_t *index,
+                             int64_t n, const float *src, const float *scale) {
+    for (int64_t i = 0; i < n; i++)
+        if (index[i] < 0 || index[i] >= rows) return -1;
+    for (int64_t i = 0; i < n; i++) {
+        float *dst = self + index[i] * len;
+        const float *s = src + i * len;
+        const float w = scale[i];
+        int64_t j = 0;
+        for (; j + 16 <= len; j += 16) {
+            v16 a, b;
+            memcpy(&a, dst + j, 64);
+            memcpy(&b, s + j, 64);
+            b = b * w;
+            a += b;
+            memcpy(dst + j, &a, 64);
+        }
+        for (; j < len; j++) {
+            float t = s[j] * w;
+            dst[j] += t;
+        }
+    }
+    return 0;
+}
