@@ -45,7 +45,6 @@ import torch
 from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node
-from static_runtime.ops.registry import may_hand_back
 from static_runtime.passes.alias import AliasDb
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedNode
@@ -96,8 +95,7 @@ class Hoister:
         self._static: dict[Node, bool] = {}
         self._stable: dict[int, bool] = {}
         #: managed values whose out variant may hand back a result of its own
-        self._handing_back = frozenset(pn.outputs[0] for pn in plan.nodes()
-                                       if pn.managed and may_hand_back(pn.out_fn))
+        self._handing_back = plan.handing_back()
 
     @property
     def db(self) -> AliasDb:

@@ -15,7 +15,13 @@ from typing import Any
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Block, Graph, Node, Value
 from static_runtime.ir.values import UnrepresentableConstant
-from static_runtime.ops.registry import OpImpl, Tier, UnsupportedOperatorError, select
+from static_runtime.ops.registry import (
+    OpImpl,
+    Tier,
+    UnsupportedOperatorError,
+    may_hand_back,
+    select,
+)
 
 
 class Control(enum.Enum):
@@ -85,6 +91,13 @@ class ExecutionPlan:
 
         walk(self.block)
         return out
+
+    def handing_back(self) -> frozenset[int]:
+        """Managed values whose out variant may hand back a result of its own rather than
+        write their arena tensor (``registry.hands_back``): no view of that tensor may be
+        kept for them."""
+        return frozenset(pn.outputs[0] for pn in self.nodes()
+                         if pn.managed and may_hand_back(pn.out_fn))
 
 
 def build_plan(graph: Graph, *, enable_out_variant: bool,

@@ -10,7 +10,6 @@ from typing import Any
 import torch
 
 from static_runtime.ir import schema as S
-from static_runtime.ops.registry import may_hand_back
 from static_runtime.passes.effects import has_side_effects, is_nondeterministic
 from static_runtime.runtime.facts import CONST_TYPES, Const, SeqFact, Specialization
 from static_runtime.runtime.liveness import Liveness
@@ -85,8 +84,7 @@ def _kept_views(plan: ExecutionPlan, spec: Specialization, runner: Runner,
     a view (``codegen.nodes``)."""
     # (a value whose out variant may hand back a result of its own is not always the arena
     # tensor: ``registry.hands_back``)
-    managed = set(plan.managed_slots) - {
-        pn.outputs[0] for pn in plan.nodes() if pn.managed and may_hand_back(pn.out_fn)}
+    managed = set(plan.managed_slots) - plan.handing_back()
     viewed: set[int] = set()
     kept = set()
     db = specializer.db
