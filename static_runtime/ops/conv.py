@@ -168,7 +168,8 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
                     writer[0](x, out)
                     last_out[0] = (out, x.shape, key[2], channels_last, writer[0])
                     return out
-        return fn(x, w, b, stride_, padding_, dilation_, groups_, attr_)  # (its own result)
+                return (calls.get(key) or call_for(x, key))(x)  # (its own result)
+        return default(x, w, b, stride_, padding_, dilation_, groups_, attr_)
 
     def status() -> str:
         if not choices:

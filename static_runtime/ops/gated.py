@@ -145,15 +145,19 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                 and accepts(x, wg, bg, wu, bu):
             c[3](x, out)
             return out
-        if accepts(x, wg, bg, wu, bu) and out.dtype is f32 and out.is_cpu \
-                and out.is_contiguous():
+        if accepts(x, wg, bg, wu, bu):
             key = (x.shape, threads())
             call = calls[key] if key in calls else decide(x, key)
-            if call is not None and out.shape == call[1] and out.data_ptr() != x.data_ptr():
-                last[0] = (out, x.shape, key[1], call[0])
-                call[0](x, out)
+            if call is not None:
+                direct, shape = call
+                if out.dtype is not f32 or not out.is_cpu or not out.is_contiguous() \
+                        or out.shape != shape or out.data_ptr() == x.data_ptr():
+                    out = empty(*shape)  # (its own result)
+                else:
+                    last[0] = (out, x.shape, key[1], direct)
+                direct(x, out)
                 return out
-        return fn(x, wg, bg, wu, bu)  # (its own result)
+        return default(x, wg, bg, wu, bu)  # (its own result)
 
     problem, sizes = ("gated_linear", k, h), ("rows<=", "K=", "H=")
     return per_shape.expose(fn, problem, sizes), per_shape.expose(out_fn, problem, sizes)

@@ -63,12 +63,13 @@ def _choose(per_shape: PerShape, what: str, x: torch.Tensor, threads: int, make)
 
 
 def _into_arena(what: str, accepts: Callable[..., bool], calls: dict, decide: Callable,
-                fn: Callable[..., Any]) -> Callable[..., Any]:
+                default: Callable[..., Any]) -> Callable[..., Any]:
     """The out variant of a measured row-wise kernel: where ours is chosen for ``x``'s shape,
     it writes the (contiguous, ``x``-shaped) arena tensor ``out`` — no allocation, ~0.6 µs of
-    a call that takes 2–5 at a few rows —; elsewhere it hands back the functional form
-    ``fn``'s result (``registry.hands_back``). ``accepts(x, *args)``: the arguments our
-    kernels take (the functional form's checks); ``calls``/``decide``: its choices."""
+    a call that takes 2–5 at a few rows —; elsewhere it hands back ``default``'s result
+    (``registry.hands_back``). ``accepts(x, *args)``: the arguments our kernels take (the
+    functional form's checks); ``calls``/``decide``: its choices (our call, or None for
+    ``default``'s)."""
     f32, threads = torch.float32, torch.get_num_threads
     #: the last call that wrote: (out, x's shape, threads, our call); the arena hands the
     #: same out tensor on every call of a layout
@@ -80,16 +81,17 @@ def _into_arena(what: str, accepts: Callable[..., bool], calls: dict, decide: Ca
                 and accepts(x, *args):
             c[3](x, out)
             return out
-        if accepts(x, *args) and out.dtype is f32 and out.is_cpu and out.is_contiguous() \
-                and out.shape == x.shape and out.data_ptr() != x.data_ptr():
+        if accepts(x, *args):
             key = (x.shape, threads())
             call = calls[key] if key in calls else decide(x, key)
-            into = getattr(call, "into", None)
-            if into is not None:
-                last[0] = (out, x.shape, key[1], into)
-                into(x, out)
-                return out
-        return fn(x, *args)  # (its own result)
+            if call is not None:
+                if out.dtype is f32 and out.is_cpu and out.is_contiguous() \
+                        and out.shape == x.shape and out.data_ptr() != x.data_ptr():
+                    last[0] = (out, x.shape, key[1], call.into)
+                    call.into(x, out)
+                    return out
+                return call(x)  # (its own result)
+        return default(x, *args)  # (its own result)
 
     return hands_back(labelled(f"{what}: kernel chosen per input shape by measurement, into "
                                f"the arena where ours is chosen")(out_fn))
@@ -144,7 +146,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                 return call(x)
         return default(x, w, eps_, dtype_)
 
-    out_fn = _into_arena("rms_norm", accepts, calls, decide, fn)
+    out_fn = _into_arena("rms_norm", accepts, calls, decide, default)
     return tuple(per_shape.expose(f, ("rms_norm", h), ("rows<=", "h=")) for f in (fn, out_fn))
 
 
@@ -197,7 +199,7 @@ def _measured_l2(node: Node, chooser: KernelChooser, default: Callable[..., Any]
         return x.dtype is f32 and x.is_cpu and x.is_contiguous() and dim_ == dim \
             and eps_ == eps
 
-    out_fn = _into_arena("l2_normalize", accepts, calls, decide, fn)
+    out_fn = _into_arena("l2_normalize", accepts, calls, decide, default)
     return tuple(per_shape.expose(f, ("l2_normalize", dim), ("rows<=", "h="))
                  for f in (fn, out_fn))
 
@@ -270,7 +272,7 @@ def _measured_layer_norm(node: Node, chooser: KernelChooser, default: Callable[.
                 return call(x)
         return default(x, shape_, w, b, eps_, *rest)
 
-    out_fn = _into_arena("layer_norm", accepts, calls, decide, fn)
+    out_fn = _into_arena("layer_norm", accepts, calls, decide, default)
     return tuple(per_shape.expose(f, ("layer_norm", h), ("rows<=", "h="))
                  for f in (fn, out_fn))
 
