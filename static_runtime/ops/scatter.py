@@ -54,6 +54,26 @@ def _native(node: Node):
     return index_add_
 
 
+def _decider(per_shape: PerShape, what: str, ours: Callable[..., bool],
+             reference: Callable[..., Any]) -> Callable[..., str]:
+    """``decide(key, self, *args)``: the kernel for a bucket of row counts, measured on clones
+    of ``self`` (an in-place operator written twice would not compare) between
+    ``reference(self, *args)`` and ``ours(self, *args)`` (False: an index out of range, and
+    ours is dropped: ATen's answers)."""
+    def decide(key, self, *args) -> str:
+        def native():
+            copy = self.clone()
+            if not ours(copy, *args):
+                raise RuntimeError("an index out of range")  # (dropped: ATen's answers)
+            return copy
+
+        return per_shape.choose(
+            key, f"{what} float32 rows<={key[0][0]} row={key[0][1]} contiguous",
+            lambda: {"aten": lambda: reference(self.clone(), *args), "native": native})
+
+    return decide
+
+
 @register_measured("aten::index_add_")
 def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
               ) -> Callable[..., Any] | None:
@@ -70,17 +90,8 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                      index.data_ptr(), index.shape[0], source.data_ptr())
         return status == 0
 
-    def decide(self, index, source, key) -> str:
-        def native():
-            copy = self.clone()
-            if not ours(copy, index, source):
-                raise RuntimeError("an index out of range")  # (dropped: ATen's answers)
-            return copy
-
-        return per_shape.choose(
-            key, f"index_add_ float32 rows<={key[0][0]} row={key[0][1]} contiguous",
-            lambda: {"aten": lambda: self.clone().index_add_(0, index, source),
-                     "native": native})
+    decide = _decider(per_shape, "index_add_", ours,
+                      lambda self, index, source: self.index_add_(0, index, source))
 
     @labelled("index_add_: kernel chosen per row count by measurement")
     def fn(self, dim, index, source, alpha=1):
@@ -90,9 +101,8 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                 and self.dim() >= 1 and source.shape[0] == index.shape[0] \
                 and source.shape[1:] == self.shape[1:] and self.is_contiguous() \
                 and source.is_contiguous() and index.is_contiguous() and self.numel():
-            row = self.numel() // self.shape[0]
-            key = (torch.Size((size_bucket(index.shape[0]), row)), threads())
-            name = chosen.get(key) or decide(self, index, source, key)
+            key = ((size_bucket(index.shape[0]), self.numel() // self.shape[0]), threads())
+            name = chosen.get(key) or decide(key, self, index, source)
             if name == "native" and ours(self, index, source):
                 return self
         return default(self, dim, index, source, alpha)
@@ -128,18 +138,7 @@ def _measured_scaled(node: Node, chooser: KernelChooser, default: Callable[..., 
                      index.shape[0], source.data_ptr(), scale.data_ptr())
         return status == 0
 
-    def decide(self, index, source, scale, key) -> str:
-        def native():
-            copy = self.clone()
-            if not ours(copy, index, source, scale):
-                raise RuntimeError("an index out of range")  # (dropped: ATen's answers)
-            return copy
-
-        return per_shape.choose(
-            key, f"index_add_scaled_ float32 rows<={key[0][0]} row={key[0][1]} contiguous",
-            lambda: {"aten": lambda: index_add_scaled_reference(self.clone(), index, source,
-                                                                scale),
-                     "native": native})
+    decide = _decider(per_shape, "index_add_scaled_", ours, index_add_scaled_reference)
 
     @labelled("index_add_scaled_: kernel chosen per row count by measurement")
     def fn(self, index, source, scale):
@@ -153,7 +152,7 @@ def _measured_scaled(node: Node, chooser: KernelChooser, default: Callable[..., 
                 and index.is_contiguous() and scale.is_contiguous() \
                 and self.data_ptr() != source.data_ptr():
             key = ((size_bucket(index.shape[0]), self.shape[1]), threads())
-            name = chosen.get(key) or decide(self, index, source, scale, key)
+            name = chosen.get(key) or decide(key, self, index, source, scale)
             if name == "native" and ours(self, index, source, scale):
                 return self
         return default(self, index, source, scale)
