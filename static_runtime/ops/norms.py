@@ -27,6 +27,7 @@ from static_runtime.ops.ckernels.layers import l2_normalize, layer_norm, rms_nor
 from static_runtime.ops.enums import Kind, enum_table
 from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
 from static_runtime.ops.registry import (
+    SHAPE_MEANINGS,
     hands_back,
     implement_torch_ops,
     labelled,
@@ -205,6 +206,16 @@ def _measured_l2(node: Node, chooser: KernelChooser, default: Callable[..., Any]
 
 
 _LAYER_NORM = str(torch.ops.aten.layer_norm.default._schema)
+
+
+def _layer_norm_shapes(input, normalized_shape, weight=None, bias=None, eps=1e-5,
+                       cudnn_enable=True):
+    """``layer_norm``'s result metadata: its kernels write a contiguous tensor of the input's
+    shape and dtype (under a shape program, PyTorch's own decomposes it: ~8 ms a node)."""
+    return torch.empty_like(input, memory_format=torch.contiguous_format)
+
+
+SHAPE_MEANINGS["aten::layer_norm"] = _layer_norm_shapes
 
 
 def _layer_norm_constants(node: Node) -> tuple | None:

@@ -328,6 +328,13 @@ _LIBRARIES: list[torch.library.Library] = []
 MEANINGS: dict[str, Callable[..., Any]] = {}
 
 
+#: ``namespace::name[.overload]`` → what a run on meta or fake tensors calls for it instead,
+#: where a result's metadata is all it needs and the operator's own meta function costs much
+#: more (an activation decomposed into refs over symbolic sizes: ~10 ms a node of a shape
+#: program). Each gives exactly the dtype, shape and strides the operator's kernels give.
+SHAPE_MEANINGS: dict[str, Callable[..., Any]] = {}
+
+
 def implement_torch_ops(implementations: Iterable[tuple[str, Callable[..., Any]]]) -> None:
     """Give the operators graph preparation introduces (declared by ``ir/own_ops.py``) their
     meaning as PyTorch operators: ``(schema, composite implementation)`` pairs, the unfused

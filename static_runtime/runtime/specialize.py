@@ -62,7 +62,7 @@ from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Node, Value
 from static_runtime.ops.fallback import bind_overload
-from static_runtime.ops.registry import MEANINGS
+from static_runtime.ops.registry import MEANINGS, SHAPE_MEANINGS
 from static_runtime.passes.alias import TENSOR, AliasDb, shallow_families
 from static_runtime.passes.effects import (
     SIDE_EFFECT_KINDS,
@@ -438,11 +438,12 @@ def meta_callable(pn: ProcessedNode) -> Any:
     """What runs ``pn`` on meta tensors: an ATen operator's ``torch.ops`` overload, which
     takes every argument as given (an implementation may have baked constants in, a
     ``Device`` among them, which a meta run must replace); one of our own operators'
-    composite meaning (``registry.MEANINGS``); else the node's own."""
+    composite meaning (``registry.MEANINGS``); else the node's own. An operator with a
+    cheaper function of the result's metadata alone (``registry.SHAPE_MEANINGS``) gets that."""
     schema = pn.node.schema
     if schema is None:
         return getattr(pn.fn, "meta", pn.fn)
-    meaning = MEANINGS.get(schema)
+    meaning = SHAPE_MEANINGS.get(S.parse(schema).qualified) or MEANINGS.get(schema)
     if meaning is not None:
         return meaning
     key = (schema, len(pn.node.inputs))

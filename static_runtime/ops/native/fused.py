@@ -58,6 +58,7 @@ from static_runtime.ir.own_ops import (
     MASKED_ATTENTION,
 )
 from static_runtime.ops.registry import (
+    SHAPE_MEANINGS,
     implement_torch_ops,
     labelled,
     register_native,
@@ -478,6 +479,25 @@ def _linear_pointwise(node: Node):
 
     return fn, out_fn
 
+
+def conv2d_pointwise_shapes(input, weight, bias, stride, padding, dilation, groups, attr):
+    """``conv2d_pointwise_reference``'s result metadata: the activation (elementwise, a float
+    result of a dense float tensor) keeps the convolution's dtype, shape and strides."""
+    _activation(attr)
+    out = torch.conv2d(input, weight, bias, stride, padding, dilation, groups)
+    return out.contiguous(memory_format=torch.channels_last) if out.dim() == 4 else out
+
+
+def linear_pointwise_shapes(input, weight, bias, attr):
+    """``linear_pointwise_reference``'s result metadata: the product's (as above)."""
+    if attr not in LINEAR_POSTOPS:
+        raise ValueError(f"static_runtime::linear_pointwise: attr must be one of "
+                         f"{sorted(LINEAR_POSTOPS)}, got {attr!r}")
+    return torch._C._nn.linear(input, weight, bias)
+
+
+SHAPE_MEANINGS.update({"static_runtime::conv2d_pointwise": conv2d_pointwise_shapes,
+                       "static_runtime::linear_pointwise": linear_pointwise_shapes})
 
 implement_torch_ops(((ATTENTION, attention_reference),
                      (MASKED_ATTENTION, masked_attention_reference),

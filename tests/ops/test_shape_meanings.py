@@ -1,0 +1,71 @@
+"""The cheaper functions shape programs and meta runs call for some operators
+(``registry.SHAPE_MEANINGS``) give exactly the dtype, shape and strides the operator gives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import static_runtime.ops.norms  # noqa: F401  (registers layer_norm's meaning)
+from static_runtime.ops.native.fused import CONV_POSTOPS, LINEAR_POSTOPS
+from static_runtime.ops.registry import SHAPE_MEANINGS
+
+
+def _meta(x):
+    return x if not isinstance(x, torch.Tensor) else torch.empty_strided(
+        x.shape, x.stride(), dtype=x.dtype, device="meta")
+
+
+def _same_metadata(name, args):
+    real = getattr(torch.ops.static_runtime, name.split("::")[1]) if name.startswith(
+        "static_runtime") else torch.ops.aten.layer_norm
+    want = real(*args)
+    got = SHAPE_MEANINGS[name](*[_meta(a) for a in args])
+    assert (got.dtype, tuple(got.shape), got.stride()) == (
+        want.dtype, tuple(want.shape), want.stride())
+    for a, m in zip(args, [_meta(a) for a in args]):  # (inputs untouched: meta copies)
+        if isinstance(a, torch.Tensor):
+            assert m.shape == a.shape
+
+
+@pytest.mark.parametrize("attr", sorted(CONV_POSTOPS))
+@pytest.mark.parametrize("shape,groups,channels_last",
+                         [((1, 8, 9, 7), 1, False), ((2, 8, 6, 6), 8, True),
+                          ((3, 8, 1, 1), 1, True)])
+def test_conv2d_pointwise(attr, shape, groups, channels_last):
+    x = torch.randn(shape)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    w = torch.randn(16 if groups == 1 else 8, 8 // groups, 3, 3)
+    b = torch.randn(w.shape[0])
+    _same_metadata("static_runtime::conv2d_pointwise",
+                   [x, w, b, [1, 1], [1, 1], [1, 1], groups, attr])
+
+
+@pytest.mark.parametrize("attr", sorted(LINEAR_POSTOPS))
+@pytest.mark.parametrize("make", [lambda: torch.randn(5), lambda: torch.randn(4, 5),
+                                  lambda: torch.randn(2, 3, 5),
+                                  lambda: torch.randn(3, 5, 2).transpose(1, 2)])
+def test_linear_pointwise(attr, make):
+    _same_metadata("static_runtime::linear_pointwise",
+                   [make(), torch.randn(7, 5), torch.randn(7), attr])
+
+
+@pytest.mark.parametrize("make", [lambda: torch.randn(4, 6), lambda: torch.randn(2, 3, 6),
+                                  lambda: torch.randn(2, 6, 3).transpose(1, 2),
+                                  lambda: torch.randn(2, 6, 3, 3).contiguous(
+                                      memory_format=torch.channels_last).permute(0, 2, 3, 1),
+                                  lambda: torch.randn(4, 6, dtype=torch.float64)])
+def test_layer_norm(make):
+    x = make()
+    _same_metadata("aten::layer_norm", [x, [6], torch.randn(6, dtype=x.dtype),
+                                        torch.randn(6, dtype=x.dtype), 1e-5, True])
+
+
+def test_an_unknown_activation_is_refused_as_the_operator_refuses_it():
+    x, w = torch.empty(1, 2, 3, 3, device="meta"), torch.empty(2, 2, 1, 1, device="meta")
+    with pytest.raises(ValueError, match="attr"):
+        SHAPE_MEANINGS["static_runtime::conv2d_pointwise"](x, w, None, [1, 1], [0, 0], [1, 1],
+                                                            1, "swishy")
+    with pytest.raises(ValueError, match="attr"):
+        SHAPE_MEANINGS["static_runtime::linear_pointwise"](x[0, 0], w[0, 0], None, "swishy")
