@@ -14,7 +14,9 @@ call of the signature after it is ready takes it. A model called at one shape is
 
 from __future__ import annotations
 
+import gc
 import logging
+import sys
 import threading
 import time
 import warnings
@@ -80,10 +82,14 @@ class HotSignatures:
 class BackgroundBuilder:
     """Runs builds one at a time on a thread of its own; a build asked for while the same one
     is queued or running is not queued again. A build that raises is reported once as a
-    ``RuntimeWarning`` (the caller goes on with what it has)."""
+    ``RuntimeWarning`` (the caller goes on with what it has). An ``urgent`` builder's builds
+    go first: other builders wait at their pause points while one is queued or running (a
+    hot signature's code makes every call faster; a shape program serves sizes not yet
+    seen)."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, urgent: bool = False):
         self._name = name
+        self.urgent = urgent
         self._pool: ThreadPoolExecutor | None = None
         self._pending: set[Hashable] = set()
         self._lock = threading.Lock()
@@ -95,6 +101,8 @@ class BackgroundBuilder:
             if key in self._pending or key in self.failures:
                 return
             self._pending.add(key)
+            if self.urgent:
+                _URGENT.append(None)
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(1, thread_name_prefix=self._name)
         try:
@@ -102,12 +110,15 @@ class BackgroundBuilder:
         except RuntimeError:  # the interpreter is shutting down: nothing left to build for
             with self._lock:
                 self._pending.discard(key)
+                if self.urgent:
+                    _URGENT.pop()
 
     def _run(self, key: Hashable, build: Callable[[], object]) -> None:
         _ON_BUILDER.active = True  # (the pool's one thread: it only ever runs builds)
+        _ON_BUILDER.urgent = self.urgent
         _quiet_torch_logs_on_builders()
         try:
-            with STEPS:  # released between steps (``_pause``) and when done
+            with STEPS, _WHILE_BUILDING:  # (STEPS: released between steps)
                 build()
         except Exception as e:  # noqa: BLE001  (reported; the generic code goes on serving)
             self.failures[key] = f"{type(e).__name__}: {e}"
@@ -117,6 +128,8 @@ class BackgroundBuilder:
         finally:
             with self._lock:
                 self._pending.discard(key)
+                if self.urgent:
+                    _URGENT.pop()
 
     def wait(self) -> None:
         """Block until every build asked for so far has finished, and any build those asked
@@ -132,6 +145,60 @@ class BackgroundBuilder:
                     return
 
 
+class _WhileBuilding:
+    """Process-wide settings while any build runs, restored (unless the process changed them
+    meanwhile) once none does:
+
+    * the cyclic garbage collector's oldest generation waits: a build makes objects by the
+      hundred thousand (expressions over symbolic sizes, fake tensors), which had the
+      collector scan every object of the process every few hundred milliseconds — 80–140 ms
+      each, holding the GIL, in the first second of a module called back to back. The young
+      generations are still collected (a build's garbage dies young);
+    * the interpreter's switch interval is ``SWITCH_S``, not 5 ms: where a build runs between
+      two pause points, a call whose kernel released the GIL gets it back that much sooner
+      (a slice of the build is spread over several calls' kernels, not one call's)."""
+
+    DEFERRED = 1_000_000
+    SWITCH_S = 0.0005
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._running = 0
+        self._threshold: int | None = None
+        self._interval: float | None = None
+
+    def __enter__(self) -> None:
+        with self._lock:
+            self._running += 1
+            if self._running == 1:
+                first, second, third = gc.get_threshold()
+                if third and third < self.DEFERRED:
+                    self._threshold = third
+                    gc.set_threshold(first, second, self.DEFERRED)
+                interval = sys.getswitchinterval()
+                if interval > self.SWITCH_S:
+                    self._interval = interval
+                    sys.setswitchinterval(self.SWITCH_S)
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._running -= 1
+            if self._running:
+                return
+            if self._threshold is not None:
+                first, second, third = gc.get_threshold()
+                if third == self.DEFERRED:
+                    gc.set_threshold(first, second, self._threshold)
+                self._threshold = None
+            if self._interval is not None:
+                if sys.getswitchinterval() == self.SWITCH_S:
+                    sys.setswitchinterval(self._interval)
+                self._interval = None
+
+
+_WHILE_BUILDING = _WhileBuilding()
+
+
 def yield_to_requests() -> Callable[[], None]:
     """What a long build calls between steps: on a builder's thread, a pause that lets a
     thread waiting for the GIL (a request) run now rather than after Python's switch
@@ -142,12 +209,44 @@ def yield_to_requests() -> Callable[[], None]:
 
 def _pause() -> None:
     # Between two steps of a build: a kernel being timed on another thread runs now, not
-    # under a step (``ops/kernels.measuring``).
+    # under a step (``ops/kernels.measuring``); calls running in the process have the GIL
+    # to themselves but for a slice of the build's every ``GIVE_WAY_S + SLICE_S``.
     STEPS.release()
     try:
-        time.sleep(0)
+        if _URGENT and not _ON_BUILDER.urgent:
+            # (bounded: an urgent build needs STEPS, which a step that measured holds twice)
+            deadline = time.perf_counter() + URGENT_WAIT_S
+            while _URGENT and time.perf_counter() < deadline:
+                time.sleep(POLL_S)
+        if CALLS and time.perf_counter() - _slice[0] >= SLICE_S:
+            deadline = time.perf_counter() + GIVE_WAY_S
+            while CALLS and time.perf_counter() < deadline:
+                time.sleep(POLL_S)
+            _slice[0] = time.perf_counter()
+        else:
+            time.sleep(0)
     finally:
         STEPS.acquire()
+
+
+#: One element per call running in the process (``StaticRuntime.__call__`` appends one and
+#: pops one, each atomic under the GIL): builds give way while it is not empty.
+CALLS: list[None] = []
+
+#: While calls keep running, builds work in slices of ``SLICE_S`` (ended at the first pause
+#: point after it) with ``GIVE_WAY_S`` between them (less as soon as no call is running):
+#: a call waits for at most the rest of a slice, and about one call in
+#: ``GIVE_WAY_S / call time`` meets one. Builds take ~1 / 11 of the time of a busy process;
+#: of an idle one, all of it. ``POLL_S``: how often a build waiting looks again.
+SLICE_S = 0.002
+GIVE_WAY_S = 0.02
+POLL_S = 0.0005
+#: one element per build of an urgent builder queued or running; how long at most another
+#: build waits for them at one pause point
+_URGENT: list[None] = []
+URGENT_WAIT_S = 0.05
+#: when the current slice began (one for all builders: ``STEPS`` lets one run at a time)
+_slice = [0.0]
 
 
 def _nothing() -> None:

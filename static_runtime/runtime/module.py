@@ -36,6 +36,7 @@ from static_runtime.runtime.binding import make_binder
 from static_runtime.runtime.checks import OutVariantChecks
 from static_runtime.runtime.codegen import CodeCache, CodegenExecutor
 from static_runtime.runtime.futures import check_launcher, using_launcher
+from static_runtime.runtime.hot import CALLS
 from static_runtime.runtime.interpreter import Interpreter, MemoryConfig
 from static_runtime.runtime.options import StaticModuleOptions
 from static_runtime.runtime.plan import Control, ExecutionPlan, build_plan, may_hold_list_or_dict
@@ -358,6 +359,7 @@ class StaticRuntime:
         self._token = [True]
         self._claim = self._token.pop
         self._unclaim = self._token.append
+        self._enter, self._leave = CALLS.append, CALLS.pop
         self._threads = module.options.intra_op_threads
         self._run = self._run_with_threads if self._threads else self._interp.run
 
@@ -392,9 +394,11 @@ class StaticRuntime:
             self._refuse_reentry()
         # (a caller already in inference mode spares the guard, ~0.35 µs)
         mode = None if _inference_mode_enabled() else torch._C._InferenceMode(True)
+        self._enter(None)
         try:
             outputs = self._run(inputs)
         finally:
+            self._leave()
             del mode
             self._unclaim(True)
         if self._unflatten is not None:

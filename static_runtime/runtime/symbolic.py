@@ -49,6 +49,7 @@ import torch
 
 from static_runtime.memory.arena import ArenaLayout, Observation, build_layout, refit
 from static_runtime.runtime.facts import Specialization
+from static_runtime.runtime.hot import yield_to_requests
 from static_runtime.runtime.plan import ExecutionPlan
 from static_runtime.runtime.symbolic_run import (
     Runner,
@@ -144,7 +145,11 @@ class ShapePrograms:
         import torch._dynamo.source
         import torch._subclasses.fake_tensor
         import torch.fx.experimental.symbolic_shapes
-        import torch.utils._sympy.printers  # noqa: F401
+        import torch.utils._sympy.printers
+
+        # (a new symbol notes where it was made, skipping "uninteresting" files: the first
+        # time, that imports ``torch.export``, AOT autograd and networkx, ~0.1–0.4 s)
+        torch.fx.experimental.symbolic_shapes.uninteresting_files()
 
     def note_served(self, program: ShapeProgram) -> None:
         self.served[id(program)] = self.served.get(id(program), 0) + 1
@@ -264,6 +269,22 @@ def _structure_text(structure: tuple) -> str:
     return "(" + ", ".join(parts) + ")"
 
 
+@functools.cache
+def _fake_mode_class() -> type:
+    """``FakeTensorMode`` whose every operator (those an operator's decomposition calls too)
+    is a point where a build on a builder thread gives way to calls (``yield_to_requests``):
+    one node's fake run takes up to tens of milliseconds (an activation decomposed into
+    refs over symbolic sizes), and a request waiting for the GIL meanwhile waits that long."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    class PausingFakeTensorMode(FakeTensorMode):
+        def dispatch(self, func, types, args=(), kwargs=None):
+            yield_to_requests()()
+            return super().dispatch(func, types, args, kwargs)
+
+    return PausingFakeTensorMode
+
+
 def build_program(plan: ExecutionPlan, example: list[Any], checks: Any = None,
                   names: list[str] | None = None) -> ShapeProgram:
     """The shape program of ``example``'s structure, with its sizes as the symbols' hints
@@ -271,7 +292,6 @@ def build_program(plan: ExecutionPlan, example: list[Any], checks: Any = None,
     refused while an out variant it would reach is unchecked for its arguments). ``names``:
     the inputs' names, for ``symbols``. Raises ``Unsupported``."""
     from torch._dynamo.source import LocalSource
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import (
         DimDynamic,
         ShapeEnv,
@@ -279,7 +299,7 @@ def build_program(plan: ExecutionPlan, example: list[Any], checks: Any = None,
     )
 
     env = ShapeEnv(duck_shape=False, specialize_zero_one=False)
-    mode = FakeTensorMode(shape_env=env, allow_non_fake_inputs=False)
+    mode = _fake_mode_class()(shape_env=env, allow_non_fake_inputs=False)
     mode.cache_enabled = False  # (FakeTensorMode.cache is one dict for every thread)
     values: list[Any] = [None] * plan.n_slots
     placeholders, positions = [], []
@@ -320,7 +340,9 @@ def build_program(plan: ExecutionPlan, example: list[Any], checks: Any = None,
             raise Unsupported(f"{where}: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
                               ) from None
         slots, dtypes, shapes, strides = [], [], [], []
+        pause = yield_to_requests()
         for s in plan.managed_slots + plan.output_slots:
+            pause()
             v = values[s]
             if not isinstance(v, torch.Tensor):
                 continue  # not produced (a branch not taken): not managed for these sizes
@@ -370,7 +392,9 @@ def _compile(env, slots, dtypes, shapes, strides, guards, symbols, positions, na
         return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
 
     entries, texts = [], {}
+    pause = yield_to_requests()
     for slot, shape, stride in zip(slots, shapes, strides):
+        pause()
         dims = tup([spell(d) for d in shape])
         texts[slot] = dims
         entries.append(f"({dims}, {'None' if stride is None else tup([spell(d) for d in stride])})")

@@ -40,7 +40,7 @@ class CodeCache:
         #: which signatures are hot enough for code of their own (None: every signature gets
         #: its code on its first call from the arena, as it waits)
         self.hot = HotSignatures(specialize_after) if specialize and specialize_after else None
-        self.builder = BackgroundBuilder("static_runtime-specialize")
+        self.builder = BackgroundBuilder("static_runtime-specialize", urgent=True)
         self._generic: dict[tuple, GeneratedCode] = {}
         self._programs: dict[int, Any] = {}
         #: how many functions were generated (generic and specialised), for benchmarks

@@ -12,6 +12,7 @@ from static_runtime.ir import schema as S
 from static_runtime.ops.registry import Const as InlineConst
 from static_runtime.ops.registry import Tier, inline_call, may_hand_back
 from static_runtime.runtime.codegen.names import literal
+from static_runtime.runtime.hot import yield_to_requests
 from static_runtime.runtime.plan import Control, ExecutionPlan, ProcessedBlock, ProcessedNode
 from static_runtime.runtime.specialize import Specialization
 
@@ -85,7 +86,9 @@ class NodeEmission:
     def block(self, block: ProcessedBlock, indent: int, top: bool = False) -> None:
         last_use = last_uses(block, self.inputs_of) if top else {}
         timed = self.timed if top and self.timed is not None else frozenset()
+        pause = yield_to_requests()  # (generated on a builder's thread, for a hot signature)
         for k, pn in enumerate(block.nodes):
+            pause()
             if k in timed and k - 1 not in timed:
                 self.stamp(indent)
             self.node(pn, indent)
