@@ -10,6 +10,10 @@ is *hot* — it made at least ``threshold`` of the last ``window`` calls — and
 built on a background thread while the shared, size-generic code keeps serving; the next
 call of the signature after it is ready takes it. A model called at one shape is hot after
 ``threshold`` calls; a stream of many sizes never makes any of them hot.
+
+Builds share the GIL with the calls, so they give way to them: every call marks itself
+running (``CALLS``), and a build meeting a running call at a pause point (``_pause``: between
+nodes, fake-tensor operators, values) waits, working in short slices until calls stop.
 """
 
 from __future__ import annotations
@@ -201,9 +205,9 @@ _WHILE_BUILDING = _WhileBuilding()
 
 def yield_to_requests() -> Callable[[], None]:
     """What a long build calls between steps: on a builder's thread, a pause that lets a
-    thread waiting for the GIL (a request) run now rather than after Python's switch
-    interval (5 ms), so a build costs a request at most one step; on any other thread
-    (a build a request waits for) nothing."""
+    thread waiting for the GIL (a request) run now, and waits while calls run once the
+    build's slice is spent (``SLICE_S``, ``GIVE_WAY_S``), so a build costs a call at most
+    the rest of a slice; on any other thread (a build a request waits for) nothing."""
     return _pause if getattr(_ON_BUILDER, "active", False) else _nothing
 
 
