@@ -286,6 +286,9 @@ def test_disk_cache_round_trip_and_merge(tmp_path):
     two.put("b", {"choice": "aten", "us": {"aten": 1.0}})  # merges what `one` wrote
     data = json.loads(path.read_text())
     assert data["format"] == kernels.CACHE_FORMAT and set(data["entries"]) == {"a", "b"}
+    one.put("c", {"choice": "aten", "us": {}})  # the file changed since `one` wrote it
+    one.put("d", {"choice": "aten", "us": {}})  # (it did not since: not read again)
+    assert set(json.loads(path.read_text())["entries"]) == {"a", "b", "c", "d"}
     assert DiskCache(path).get("a") == {"choice": "onednn", "us": {"onednn": 1.0, "aten": 2.0}}
     assert not list(path.parent.glob("*.tmp"))
 
