@@ -226,6 +226,7 @@ def test_batching_joins_and_splits_under_concurrent_clients(cluster, apps):
     url, handle = apps["url"]["mlp"], apps["handles"]["mlp"]
     direct = sr.load(cluster["paths"]["mlp"])
     before = handle.stats.remote().result(timeout_s=TIMEOUT_S)
+    assert before["frozen_objects"] > 10_000  # (the replica froze what it built: gc_pauses.py)
     clients, per_client = 12, 3
     barrier = threading.Barrier(clients, timeout=TIMEOUT_S)
     results: list = []
