@@ -23,7 +23,7 @@ import torch
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
 from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
-from static_runtime.ops.registry import labelled, register_measured
+from static_runtime.ops.registry import SHAPE_MEANINGS, labelled, register_measured
 from static_runtime.ops.selection import constant_value
 
 _aten = torch.ops.aten
@@ -106,3 +106,24 @@ def _measured(node: Node, chooser: KernelChooser, default: Pair) -> Pair | None:
     per_shape.expose(fn, (act,), ("n<=",))
     out_fn.status, out_fn.choices, out_fn.problem = fn.status, fn.choices, fn.problem
     return fn, out_fn
+
+
+def _float_activation_shapes(op: Callable[..., Any]) -> Callable[..., Any]:
+    """A float activation's result metadata, for shape programs: any elementwise operator of
+    one float tensor gives its dtype, shape and strides (``TensorIterator``), and
+    ``sigmoid``'s meta function over symbolic sizes costs ~0.1 ms where these activations'
+    decompositions cost up to ~10 ms a node. Anything else runs ``op``."""
+    def shapes(x, *args, **kwargs):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return torch.sigmoid(x)
+        return op(x, *args, **kwargs)
+
+    return shapes
+
+
+_nn = torch._C._nn
+SHAPE_MEANINGS.update({f"aten::{name}": _float_activation_shapes(op) for name, op in (
+    ("hardsigmoid", _nn.hardsigmoid), ("hardswish", _nn.hardswish),
+    ("hardtanh", _nn.hardtanh), ("gelu", _nn.gelu), ("mish", _nn.mish), ("elu", _nn.elu),
+    ("leaky_relu", _nn.leaky_relu), ("softplus", _nn.softplus), ("relu", torch.relu))})
+

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+import static_runtime.ops.activations  # (registers the activations' meanings)
 import static_runtime.ops.norms  # noqa: F401  (registers layer_norm's meaning)
 from static_runtime.ops.native.fused import CONV_POSTOPS, LINEAR_POSTOPS
 from static_runtime.ops.registry import SHAPE_MEANINGS
@@ -18,7 +19,7 @@ def _meta(x):
 
 def _same_metadata(name, args):
     real = getattr(torch.ops.static_runtime, name.split("::")[1]) if name.startswith(
-        "static_runtime") else torch.ops.aten.layer_norm
+        "static_runtime") else getattr(torch.ops.aten, name.split("::")[1])
     want = real(*args)
     got = SHAPE_MEANINGS[name](*[_meta(a) for a in args])
     assert (got.dtype, tuple(got.shape), got.stride()) == (
@@ -51,6 +52,19 @@ def test_linear_pointwise(attr, make):
                    [make(), torch.randn(7, 5), torch.randn(7), attr])
 
 
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("make", [lambda: torch.randn(5), lambda: torch.randn(4, 5),
+                                  lambda: torch.randn(5, 4).t(), lambda: torch.randn(2, 3, 5),
+                                  lambda: torch.randn(3, 5, 2).transpose(1, 2),
+                                  lambda: torch.randn(2, 3, 4, 5)[:, 1:],
+                                  lambda: torch.randn(0, 5),
+                                  lambda: torch.randn(2, 5, dtype=torch.float64)])
+def test_linear(make, bias):
+    x = make()
+    w = torch.randn(7, 5, dtype=x.dtype)
+    _same_metadata("aten::linear", [x, w, torch.randn(7, dtype=x.dtype) if bias else None])
+
+
 @pytest.mark.parametrize("make", [lambda: torch.randn(4, 6), lambda: torch.randn(2, 3, 6),
                                   lambda: torch.randn(2, 6, 3).transpose(1, 2),
                                   lambda: torch.randn(2, 6, 3, 3).contiguous(
@@ -69,3 +83,33 @@ def test_an_unknown_activation_is_refused_as_the_operator_refuses_it():
                                                             1, "swishy")
     with pytest.raises(ValueError, match="attr"):
         SHAPE_MEANINGS["static_runtime::linear_pointwise"](x[0, 0], w[0, 0], None, "swishy")
+
+
+_ACTIVATIONS = {"hardsigmoid": (), "hardswish": (), "hardtanh": (0.0, 6.0), "gelu": (),
+                "mish": (), "elu": (), "leaky_relu": (0.1,), "softplus": (), "relu": ()}
+
+
+@pytest.mark.parametrize("name", sorted(_ACTIVATIONS))
+@pytest.mark.parametrize("make", [lambda: torch.randn(3, 4), lambda: torch.randn(4, 3).t(),
+                                  lambda: torch.randn(2, 8, 5, 5).contiguous(
+                                      memory_format=torch.channels_last),
+                                  lambda: torch.randn(4, 6)[:, ::2],
+                                  lambda: torch.randn(5, 6, 7).permute(2, 0, 1)[1:],
+                                  lambda: torch.randn(3, 4, dtype=torch.float64),
+                                  lambda: torch.randn(3, 4, dtype=torch.bfloat16),
+                                  lambda: torch.randint(-3, 3, (3, 4))])
+def test_float_activations(name, make):
+    x = make()
+    args = [x, *_ACTIVATIONS[name]]
+    if not x.is_floating_point():  # (the operator's own meta function: what it says)
+        metas = [_meta(a) for a in args]
+        try:
+            want = getattr(torch.ops.aten, name)(*metas)
+        except (RuntimeError, ValueError):
+            with pytest.raises((RuntimeError, ValueError)):
+                SHAPE_MEANINGS[f"aten::{name}"](*metas)
+            return
+        got = SHAPE_MEANINGS[f"aten::{name}"](*metas)
+        assert (got.dtype, got.shape, got.stride()) == (want.dtype, want.shape, want.stride())
+        return
+    _same_metadata(f"aten::{name}", args)

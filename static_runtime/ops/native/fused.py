@@ -488,16 +488,28 @@ def conv2d_pointwise_shapes(input, weight, bias, stride, padding, dilation, grou
     return out.contiguous(memory_format=torch.channels_last) if out.dim() == 4 else out
 
 
+def linear_shapes(input, weight, bias=None):
+    """``linear``'s result metadata: a contiguous tensor of ``(*input.shape[:-1], out)`` and
+    the input's dtype, whatever the input's strides (ATen's CPU kernels make the product
+    row-major, copying an input they cannot view as a matrix). Anything but a float matrix
+    weight and an input of rank 1 or more runs ``linear`` itself (which raises where it
+    must); an input whose last dimension does not fit raises when the model runs."""
+    if weight.dim() != 2 or input.dim() < 1 or not input.is_floating_point():
+        return torch._C._nn.linear(input, weight, bias)
+    return input.new_empty((*input.shape[:-1], weight.shape[0]))
+
+
 def linear_pointwise_shapes(input, weight, bias, attr):
     """``linear_pointwise_reference``'s result metadata: the product's (as above)."""
     if attr not in LINEAR_POSTOPS:
         raise ValueError(f"static_runtime::linear_pointwise: attr must be one of "
                          f"{sorted(LINEAR_POSTOPS)}, got {attr!r}")
-    return torch._C._nn.linear(input, weight, bias)
+    return linear_shapes(input, weight, bias)
 
 
 SHAPE_MEANINGS.update({"static_runtime::conv2d_pointwise": conv2d_pointwise_shapes,
-                       "static_runtime::linear_pointwise": linear_pointwise_shapes})
+                       "static_runtime::linear_pointwise": linear_pointwise_shapes,
+                       "aten::linear": linear_shapes})
 
 implement_torch_ops(((ATTENTION, attention_reference),
                      (MASKED_ATTENTION, masked_attention_reference),
