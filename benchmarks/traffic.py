@@ -70,6 +70,7 @@ import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -259,6 +260,9 @@ class CodegenProbe:
                 key = (what, id(plan_of(first)))
                 self.calls[key] = self.calls.get(key, 0) + 1
                 self.seconds[key] = self.seconds.get(key, 0.0) + time.perf_counter() - start
+                if threading.current_thread() is threading.main_thread():  # (a request's)
+                    key = (f"{what}_on_request", key[1])
+                    self.calls[key] = self.calls.get(key, 0) + 1
 
         return counted
 
@@ -289,6 +293,7 @@ class CodegenProbe:
             key = (what, id(mod.plan))
             out[what] = self.calls.get(key, 0)
             out[f"{what}_s"] = self.seconds.get(key, 0.0)
+            out[f"{what}_on_request"] = self.calls.get((f"{what}_on_request", id(mod.plan)), 0)
         return out
 
 

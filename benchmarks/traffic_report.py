@@ -48,7 +48,8 @@ def print_workload(console: Any, name: str, result: dict) -> None:
         console.print(f"  {SHORT[peer]}: over {o['replays']} replays layout cache "
                       f"{o['layout_hits']} hits / {o['layout_misses']} misses; specialised "
                       f"{o['specialize_replays']}× ({o['specialize_s_replays']:.1f} s), code "
-                      f"generated {o['generate_replays']}× ({o['generate_s_replays']:.1f} s) "
+                      f"generated {o['generate_replays']}× ({o['generate_s_replays']:.1f} s; "
+                      f"on the request path {o.get('generate_on_request_replays', 0)}×) "
                       f"[{o['specialize_total']}× / {o['generate_total']}× in all]; {arena}")
     for peer, e in result["peers"].items():
         for d in e.get("disagreements", []):

@@ -39,6 +39,7 @@ def slow_giving_way(monkeypatch):
     """A build that meets a running call gives way for as long as it runs (up to 60 s)."""
     monkeypatch.setattr(hot, "SLICE_S", 0.0)
     monkeypatch.setattr(hot, "GIVE_WAY_S", 60.0)
+    monkeypatch.setattr(hot, "URGENT_GIVE_WAY_S", 60.0)
     monkeypatch.setattr(hot, "URGENT_WAIT_S", 60.0)
 
 

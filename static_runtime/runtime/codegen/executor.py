@@ -37,7 +37,9 @@ class _Ready(NamedTuple):
     pending: Pending | None
     plain_outputs: bool
     unkept: frozenset
-    #: (slot, tensor) of each managed slot: the value array as ``install`` leaves it
+    #: the tensor of each managed slot (``_managed``'s order): the value array as ``install``
+    #: leaves it (one tuple, not a pair a slot: ~15-70 objects fewer a size for the
+    #: collector to promote, ``benchmarks/gc_pauses.py``)
     values: tuple
 
 
@@ -237,7 +239,7 @@ class CodegenExecutor(Interpreter):
         values = self.values
         ready[self._key] = self._entered = _Ready(
             layout, fast, self._code, self._direct, self._pending, not self.plan.copied_outputs,
-            frozenset(self.unkept), tuple((s, values[s]) for s in self._managed))
+            frozenset(self.unkept), tuple([values[s] for s in self._managed]))
 
     def _enter(self, key: tuple, ready: _Ready) -> None:
         """Make ``ready``'s signature current: what ``prepare`` and ``install`` would set."""
@@ -257,7 +259,7 @@ class CodegenExecutor(Interpreter):
         if ready is not None:
             self._unsynced = None
             values = self.values
-            for s, t in ready.values:
+            for s, t in zip(self._managed, ready.values):
                 values[s] = t
 
     def _recorded_before(self) -> bool:
