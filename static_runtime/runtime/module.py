@@ -379,9 +379,11 @@ class StaticRuntime:
         except IndexError:
             self._refuse_reentry()
         guard = torch._C._InferenceMode(True)
+        self._enter(None)  # (a call running: background builds give way, ``runtime/hot.py``)
         try:
             yield
         finally:
+            self._leave()
             del guard
             self._unclaim(True)
 
