@@ -62,6 +62,9 @@ def test_a_call_marks_itself_running_for_the_builds():
     with pytest.raises(RuntimeError, match="boom"):
         rt(x, w)
     assert len(hot.CALLS) == before  # (a call that raised is not running any more)
+    with rt.guard():  # (the profiler's calls)
+        assert len(hot.CALLS) == before + 1
+    assert len(hot.CALLS) == before
 
 
 def test_a_build_waits_while_a_call_runs_and_goes_on_after(slow_giving_way):
