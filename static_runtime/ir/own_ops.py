@@ -96,6 +96,12 @@ LINEAR_RESIDUAL = ("static_runtime::linear_residual(Tensor input, Tensor weight,
 INDEX_ADD_SCALED = ("static_runtime::index_add_scaled_(Tensor(a!) self, Tensor index, "
                     "Tensor source, Tensor scale) -> Tensor(a!)")
 
+#: ``x * cos + cat([-x.slice(dim, half), x.slice(dim, 0, half)], cat_dim) * sin``: rotary
+#: position embeddings (LLaMA's ``rotate_half``, ``dim`` and ``cat_dim`` the last dimension
+#: as the model spells it) applied to a query or key (``passes/rotary.py``).
+ROTARY = ("static_runtime::rotary(Tensor x, Tensor cos, Tensor sin, int half, int dim, "
+          "int cat_dim) -> Tensor")
+
 #: ``bool(op(self, other))`` for ``op`` one of ``lt le gt ge eq ne`` and a constant number
 #: ``other``: a data-dependent condition (``if x.mean() > 0``, ``while delta > tol``) as one
 #: node, with no tensor made for the comparison (``passes/conditions.py``).
@@ -105,7 +111,7 @@ COMPARE_SCALAR = "static_runtime::compare_scalar(Tensor self, Scalar other, str 
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
            LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM, EMBEDDINGS, EMBEDDING_BAGS,
            EMBEDDING_BAG_ROWS, COMPARE_SCALAR,
-           L2_NORMALIZE, GATED_LINEAR, LINEAR_RESIDUAL, INDEX_ADD_SCALED)
+           L2_NORMALIZE, GATED_LINEAR, LINEAR_RESIDUAL, INDEX_ADD_SCALED, ROTARY)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

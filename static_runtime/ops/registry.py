@@ -191,6 +191,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         out_variants,
         residual,
         rnn,
+        rotary,
         scalar_operands,
         scatter,
         selection,

@@ -16,7 +16,7 @@ PASS_ORDER = (
     "specialize_alpha",
     "batch_embeddings", "variadic_cat_stack", "merge_tuple_unpacks", "fuse_transformer_encoder",
     "scalarize_loop_counters", "fuse_scalar_compare", "fold_batchnorm", "fuse_gated_linear",
-    "fuse_linear_residual", "fuse_scaled_index_add", "pack_linears",
+    "fuse_linear_residual", "fuse_scaled_index_add", "fuse_rotary", "pack_linears",
     "fuse_attention",
     "fuse_rms_norm", "fuse_l2_normalize", "fuse_gelu", "causal_conv1d",
     "fuse_convolution", "channels_last", "fuse_linear_pointwise", "fuse_linear_activation",

@@ -32,6 +32,7 @@ from static_runtime.passes.packing import pack_linears
 from static_runtime.passes.recurrent import compile_recurrent
 from static_runtime.passes.regions import fuse_regions
 from static_runtime.passes.residual import fuse_linear_residual
+from static_runtime.passes.rotary import fuse_rotary
 from static_runtime.passes.scatter import fuse_scaled_index_add
 from static_runtime.passes.transformer import fuse_transformer_encoder
 from static_runtime.passes.tuples import merge_tuple_unpacks
@@ -61,6 +62,7 @@ def passes(evaluate: NodeEvaluator, measured_kernels: bool = False
         "fuse_gated_linear": fuse_gated_linear,
         "fuse_linear_residual": fuse_linear_residual,
         "fuse_scaled_index_add": fuse_scaled_index_add,
+        "fuse_rotary": fuse_rotary,
         "pack_linears": pack_linears,
         "fuse_attention": functools.partial(fuse_attention, any_query=measured_kernels),
         "fuse_rms_norm": fuse_rms_norm,

@@ -80,6 +80,10 @@ class StaticModuleOptions:
     #: weighted scatter-add) → one node whose kernel is measured (our loop weighting each row
     #: as it adds it; ``passes/scatter.py``), with ``kernel_choice="measure"``
     fuse_scaled_index_add: bool = True
+    #: rotary position embeddings, ``x * cos + rotate_half(x) * sin`` (LLaMA's query and key)
+    #: → one node whose kernel is measured (``x * cos``, then our loop adding the rotated half
+    #: times ``sin``; ``passes/rotary.py``), with ``kernel_choice="measure"``
+    fuse_rotary: bool = True
     #: GELU's tanh approximation written out (GPT-2's gelu_new: eight operators) →
     #: ``aten::gelu(x, approximate="tanh")`` (``passes/gelu.py``)
     fuse_gelu: bool = True
@@ -228,5 +232,6 @@ class StaticModuleOptions:
         enabled["fuse_gated_linear"] &= self.kernel_choice == "measure"
         enabled["fuse_linear_residual"] &= self.kernel_choice == "measure"
         enabled["fuse_scaled_index_add"] &= self.kernel_choice == "measure"
+        enabled["fuse_rotary"] &= self.kernel_choice == "measure"
         enabled["fuse_linear_activation"] &= self.kernel_choice == "measure"
         return enabled

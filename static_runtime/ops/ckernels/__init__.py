@@ -187,6 +187,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn.argtypes = [_PTR, _PTR, _PTR]
     lib.sr_index_add_rows.restype = ctypes.c_int
     lib.sr_index_add_rows.argtypes = [_PTR, _I64, _I64, _PTR, _I64, _PTR]
+    lib.sr_rotary_add.restype = None
+    lib.sr_rotary_add.argtypes = [_PTR, _PTR, _PTR, _PTR]
     lib.sr_index_add_rows_scaled.restype = ctypes.c_int
     lib.sr_index_add_rows_scaled.argtypes = [_PTR, _I64, _I64, _PTR, _I64, _PTR, _PTR]
     lib.sr_gemm_res_block.restype = None

@@ -80,3 +80,29 @@ int sr_index_add_rows_scaled(float *self, int64_t rows, int64_t len, const int64
     }
     return 0;
 }
+
+/* The rotary half of rotary position embeddings, added in place: for each row of ``d``
+   elements (up to four dimensions, ``block``: sizes[4], then the strides of ``out``, ``x``
+   and ``sin`` in elements for the first three — 0 where ``sin`` broadcasts — then d and
+   half), out[j] += rot[j] * sin[j] with rot = cat(-x[half:], x[:half]); each product
+   rounded before the sum, as the separate operators give it. ``out`` holds x * cos. */
+__attribute__((optimize("fp-contract=off")))
+void sr_rotary_add(float *out, const float *x, const float *sin, const int64_t *block) {
+    const int64_t *size = block, *so = block + 4, *sx = block + 7, *ss = block + 10;
+    const int64_t d = block[13], half = block[14], rest = d - half;
+    for (int64_t a = 0; a < size[0]; a++)
+        for (int64_t b = 0; b < size[1]; b++)
+            for (int64_t c = 0; c < size[2]; c++) {
+                float *o = out + a * so[0] + b * so[1] + c * so[2];
+                const float *xr = x + a * sx[0] + b * sx[1] + c * sx[2];
+                const float *s = sin + a * ss[0] + b * ss[1] + c * ss[2];
+                for (int64_t j = 0; j < rest; j++) {
+                    float t = -xr[half + j] * s[j];
+                    o[j] += t;
+                }
+                for (int64_t j = rest; j < d; j++) {
+                    float t = xr[j - rest] * s[j];
+                    o[j] += t;
+                }
+            }
+}
