@@ -161,9 +161,9 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
 
     def ours(x, cos, sin, half) -> tuple | None:
         """``(the result, the argument block, its strides if not the product's, the
-        product's)``, or None where the loop does not apply. The loop adds into the product ``x * cos``; where
-        eager lays the sum out otherwise only in dimensions of 1 (the same addresses), the
-        result is the product with eager's strides."""
+        product's)``, or None where the loop does not apply. The loop adds into the product
+        ``x * cos``; where eager lays the sum out otherwise only in dimensions of 1 (the same
+        addresses), the result is the product with eager's strides."""
         out = mul(x, cos)
         if out.shape != x.shape or out.dtype is not f32:
             return None
