@@ -20,7 +20,12 @@ import torch
 
 from static_runtime.ir.graph import Node
 from static_runtime.ir.own_ops import COMPARE_SCALAR
-from static_runtime.ops.registry import implement_torch_ops, labelled, register_native
+from static_runtime.ops.registry import (
+    SHAPE_MEANINGS,
+    implement_torch_ops,
+    labelled,
+    register_native,
+)
 from static_runtime.ops.scalar_operands import PerDtype
 from static_runtime.ops.selection import constant_value
 
@@ -70,3 +75,16 @@ def _compare_scalar(node: Node):
 
 
 implement_torch_ops(((COMPARE_SCALAR, compare_scalar_reference),))
+
+
+def _comparison_shapes(self, other):
+    """A comparison's result metadata, for shape programs: a bool tensor laid out as ``add``
+    of the two is (its meta function broadcasts over symbolic sizes where the comparisons'
+    references raise: "SymIntArrayRef expected to contain only concrete integers", a causal
+    mask ``kv_idx <= q_idx``). Of permuted operands PyTorch's meta functions may order the
+    dimensions otherwise than its CPU kernel; a value the arena holds is then laid out
+    otherwise than eager lays it out, with the same values (its out variant writes them)."""
+    return torch.empty_like(torch.add(self, other), dtype=torch.bool)
+
+
+SHAPE_MEANINGS.update({f"aten::{name}.Tensor": _comparison_shapes for name in _PYTHON})
