@@ -1,7 +1,8 @@
 """``static_runtime::rotary(x, cos, sin, half, dim, cat_dim)`` (``passes/rotary.py``:
 LLaMA's ``q * cos + rotate_half(q) * sin``) means ``x * cos + cat([-x.slice(dim, half),
-x.slice(dim, 0, half)], cat_dim) * sin``. Its kernel is chosen by measurement (``ops/kernels.py``) per thread count, row
-length and count of rows (up to the same power of two), between
+x.slice(dim, 0, half)], cat_dim) * sin``. Its kernel is chosen by measurement
+(``ops/kernels.py``) per thread count, row length and count of rows (up to the same power of
+two), between
 
 * ``aten``: the composite, six operators (the default);
 * ``native``: ``x * cos`` by ATen (so the result has the memory layout eager gives it: a
@@ -195,43 +196,47 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
                     return False
         return True
 
-    #: the last call the loop served: (x's shape and strides, cos's, sin's, half, dims,
-    #: the product's strides, the argument block, the result's strides where they are not
-    #: the product's) — a call of the same layouts reuses them
+    #: the last call the loop served where it was chosen: (x's shape and strides, cos's,
+    #: sin's, half, dims, the product's strides, the argument block, the result's strides
+    #: where they are not the product's, the thread count) — a call of the same layouts
+    #: reuses them. (A measurement's calls keep theirs apart: the loop runs on the call path
+    #: only where its bucket chose it.)
     last: list = [None]
 
-    def steady(x, cos, sin, half, dim, cat_dim):
-        """Our result where the last call's layouts are these (the block reused), else None."""
-        c = last[0]
+    def steady(memo, x, cos, sin, half, dim, cat_dim):
+        """Our result where ``memo``'s layouts are these (its block reused), else None."""
+        c = memo[0]
         if c is not None and x.shape == c[0] and half == c[6] and dim == c[7] \
                 and cat_dim == c[8] and x.dtype is f32 and cos.dtype is f32 \
                 and sin.dtype is f32 and x.stride() == c[1] and cos.shape == c[2] \
                 and cos.stride() == c[3] and sin.shape == c[4] and sin.stride() == c[5] \
-                and x.is_cpu and cos.is_cpu and sin.is_cpu:
+                and x.is_cpu and cos.is_cpu and sin.is_cpu and c[12] == threads():
             out = mul(x, cos)
             if out.stride() == c[9]:
                 run(out.data_ptr(), x.data_ptr(), sin.data_ptr(), c[10][1])
                 return out if c[11] is None else out.as_strided(out.shape, c[11])
         return None
 
-    def served(x, cos, sin, half, dim, cat_dim):
-        """Our result (a call of new layouts sets up what the next ones reuse), or None where
-        the loop does not apply."""
-        out = steady(x, cos, sin, half, dim, cat_dim)
+    def served(memo, x, cos, sin, half, dim, cat_dim):
+        """Our result (a call of new layouts sets up in ``memo`` what the next ones reuse),
+        or None where the loop does not apply."""
+        out = steady(memo, x, cos, sin, half, dim, cat_dim)
         if out is not None:
             return out
         made = ours(x, cos, sin, half)
         if made is None:
             return None
         out, block, strides, product = made
-        last[0] = (x.shape, x.stride(), cos.shape, cos.stride(), sin.shape, sin.stride(),
-                   half, dim, cat_dim, product, block, strides)
+        memo[0] = (x.shape, x.stride(), cos.shape, cos.stride(), sin.shape, sin.stride(),
+                   half, dim, cat_dim, product, block, strides, threads())
         return out
 
     def decide(key, x, cos, sin, half, dim, cat_dim) -> str:
+        trial: list = [None]
+
         def native():
             # (timed as steady calls make it: the first sets up, its cost is the setup's)
-            out = served(x, cos, sin, half, dim, cat_dim)
+            out = served(trial, x, cos, sin, half, dim, cat_dim)
             if out is None:
                 raise RuntimeError("the loop does not apply to these strides")  # (dropped)
             return out
@@ -243,14 +248,14 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
 
     @labelled("rotary: kernel chosen per row count by measurement")
     def fn(x, cos, sin, half, dim, cat_dim):
-        out = steady(x, cos, sin, half, dim, cat_dim)
+        out = steady(last, x, cos, sin, half, dim, cat_dim)
         if out is not None:
             return out
         if fits(x, cos, sin, half, dim, cat_dim):
             d = x.shape[-1]
             key = ((size_bucket(x.numel() // d), d), threads())
             if (chosen.get(key) or decide(key, x, cos, sin, half, dim, cat_dim)) == "native":
-                out = served(x, cos, sin, half, dim, cat_dim)
+                out = served(last, x, cos, sin, half, dim, cat_dim)
                 if out is not None:
                     return out
         return default(x, cos, sin, half, dim, cat_dim)

@@ -173,3 +173,38 @@ def test_result_layout_is_eagers_for_any_layout():
             assert got == want.stride(), (shape, x.stride(), sin.shape)
             checked += 1
     assert checked > 1000
+
+
+def test_the_loop_runs_only_where_its_bucket_chose_it(monkeypatch):
+    """A measurement runs our candidate (and sets up what its steady calls reuse); where the
+    operators win, no later call runs our loop."""
+    from static_runtime.ops import rotary as ops_rotary
+
+    real = ops_rotary.ckernels.library()
+    calls = []
+
+    class Counting:
+        def sr_rotary_add(self, *args):
+            calls.append(1)
+            return real.sr_rotary_add(*args)
+
+    monkeypatch.setattr(ops_rotary.ckernels, "library", lambda: Counting())
+
+    def measured_then_aten(self, key, names, make, default):
+        candidates = make()
+        for _ in range(3):  # (as a measurement times it)
+            candidates["native"]()
+        return Choice("aten", {}, "forced after measuring")
+
+    monkeypatch.setattr(KernelChooser, "choose", measured_then_aten)
+    scripted = script(HALF_CONSTANT)
+    mod = sr.StaticModule(scripted, options=MEASURE)
+    g = torch.Generator().manual_seed(6)
+    args = (torch.randn(1, 2, 5, 8, generator=g), torch.randn(5, 8, generator=g),
+            torch.randn(5, 8, generator=g))
+    _same_bits_and_strides(mod, scripted, args)
+    measuring = len(calls)
+    assert measuring == 3
+    for _ in range(3):
+        _same_bits_and_strides(mod, scripted, args)
+    assert len(calls) == measuring  # (the operators serve: the choice holds)
