@@ -36,6 +36,7 @@ from static_runtime.ops import ckernels
 from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
 from static_runtime.ops.registry import labelled, register_measured, register_native
 from static_runtime.ops.selection import constant_value
+from static_runtime.ops.strides import dense_strides
 
 _SCHEMA = str(torch.ops.aten.scaled_dot_product_attention.default._schema)
 #: the head sizes our kernel takes (``MAX_D`` in attention.c)
@@ -225,7 +226,7 @@ class _Kernel:
                 return _UNDECIDED
             if name != "native":
                 return ckernels.remember(self.calls, key, None)
-        direct = self.direct_for(q, k, v, mask, factor, shape, _strides_in(shape, order))
+        direct = self.direct_for(q, k, v, mask, factor, shape, dense_strides(shape, order))
         return ckernels.remember(self.calls, key, direct)
 
 
@@ -256,20 +257,9 @@ def _pattern(q, k, v, mask, out_shape) -> tuple:
 def _dense_order(t: torch.Tensor) -> tuple[int, ...] | None:
     """The dimension order in which ``t`` is dense (no gaps, no overlap), or None."""
     order = _order(t)
-    if t.stride() != _strides_in(t.shape, order):
+    if t.stride() != dense_strides(t.shape, order):
         return None
     return order
-
-
-def _strides_in(shape, order: tuple[int, ...]) -> tuple[int, ...]:
-    """Strides of a dense tensor of ``shape`` whose dimensions run in ``order``, outermost
-    first (a dimension of size 1 counts as 1, as PyTorch's contiguous strides do)."""
-    strides = [0] * len(shape)
-    step = 1
-    for d in reversed(order):
-        strides[d] = step
-        step *= max(shape[d], 1)
-    return tuple(strides)
 
 
 def _key(q, k, v, mask) -> tuple:

@@ -33,6 +33,7 @@ from static_runtime.ops.registry import (
     register_measured,
     register_native,
 )
+from static_runtime.ops.strides import dense_strides, iterator_strides
 
 _slice = torch.ops.aten.slice.Tensor
 
@@ -62,81 +63,6 @@ def _block(out: torch.Tensor, x: torch.Tensor, sin: torch.Tensor, half: int):
     return ckernels._block(*sizes, *(s[k] for s in strides for k in range(3)), sizes[3], half)
 
 
-def _contiguous(shape, strides) -> bool:
-    expected = 1
-    for n, s in zip(reversed(shape), reversed(strides)):
-        if n != 1:
-            if s != expected:
-                return False
-            expected *= n
-    return True
-
-
-def _channels_last(shape, strides) -> bool:
-    if len(shape) != 4:
-        return False
-    expected = 1
-    for d in (1, 3, 2, 0):
-        if shape[d] != 1:
-            if strides[d] != expected:
-                return False
-            expected *= shape[d]
-    return True
-
-
-def _strides_in(shape, order) -> tuple:
-    """Dense strides with the dimensions of ``order`` from innermost to outermost."""
-    out = [0] * len(shape)
-    step = 1
-    for d in order:
-        out[d] = step
-        step *= shape[d]
-    return tuple(out)
-
-
-def iterator_strides(shape: tuple, operands: list) -> tuple:
-    """The strides (in elements) PyTorch's ``TensorIterator`` gives the result of an
-    elementwise operator of ``operands`` — ``(shape, strides)`` pairs of one dtype,
-    broadcast to ``shape`` — as its fast set-ups and dimension ordering decide them (a
-    dimension of 1 breaks ties; ``tests/passes/test_rotary.py`` checks it against ATen)."""
-    n = len(shape)
-    if all(tuple(s) == shape for s, _ in operands):
-        if all(_contiguous(shape, st) for _, st in operands):
-            return _strides_in(shape, range(n - 1, -1, -1))
-        if all(_channels_last(shape, st) for _, st in operands):
-            return _strides_in(shape, (1, 3, 2, 0))
-        if all(tuple(st) == tuple(operands[0][1]) for _, st in operands):
-            return tuple(operands[0][1])
-    full = []
-    for s, st in operands:
-        lead = n - len(s)
-        full.append([0] * lead + [0 if s[i] == 1 and shape[lead + i] != 1 else st[i]
-                                  for i in range(len(s))])
-
-    def should_swap(d0: int, d1: int) -> int:
-        for st in full:
-            s0, s1 = st[d0], st[d1]
-            if s0 == 0 or s1 == 0:
-                continue
-            if s0 != s1:
-                return -1 if s0 < s1 else 1
-            if shape[d0] > shape[d1]:
-                return 1
-        return 0
-
-    perm = list(range(n - 1, -1, -1))
-    for i in range(1, n):
-        d1 = i
-        for d0 in range(i - 1, -1, -1):
-            c = should_swap(perm[d0], perm[d1])
-            if c > 0:
-                perm[d0], perm[d1] = perm[d1], perm[d0]
-                d1 = d0
-            elif c < 0:
-                break
-    return _strides_in(shape, perm)
-
-
 def _result_strides(x: torch.Tensor, sin: torch.Tensor, product: torch.Tensor
                     ) -> tuple | None:
     """The strides eager gives ``product + cat(...) * sin`` (``product`` = ``x * cos`` as
@@ -145,7 +71,7 @@ def _result_strides(x: torch.Tensor, sin: torch.Tensor, product: torch.Tensor
     shape = tuple(x.shape)
     if x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last):
         return None
-    rotated = _strides_in(shape, range(len(shape) - 1, -1, -1))
+    rotated = dense_strides(shape, tuple(range(len(shape))))
     term = iterator_strides(shape, [(shape, rotated), (tuple(sin.shape), sin.stride())])
     return iterator_strides(shape, [(shape, product.stride()), (shape, term)])
 
