@@ -214,11 +214,16 @@ LINEAR_POSTOPS = {
 ONEDNN_LINEAR_MIN_ROWS = 8
 
 
-def linear_pointwise_reference(input, weight, bias, attr):
+def _linear_postop(attr: str) -> tuple:
+    """``LINEAR_POSTOPS[attr]``; an ``attr`` it lacks raises as the operator does."""
     if attr not in LINEAR_POSTOPS:
         raise ValueError(f"static_runtime::linear_pointwise: attr must be one of "
                          f"{sorted(LINEAR_POSTOPS)}, got {attr!r}")
-    act = LINEAR_POSTOPS[attr][0]
+    return LINEAR_POSTOPS[attr]
+
+
+def linear_pointwise_reference(input, weight, bias, attr):
+    act = _linear_postop(attr)[0]
     out = torch._C._nn.linear(input, weight, bias)
     return out if act is None else act(out)
 
@@ -391,10 +396,7 @@ def _linear_pointwise(node: Node):
     weight = constant_value(node.inputs[1])
     bias = constant_value(node.inputs[2])
     attr = constant_value(node.inputs[3])
-    if attr not in LINEAR_POSTOPS:
-        raise ValueError(f"static_runtime::linear_pointwise: attr must be one of "
-                         f"{sorted(LINEAR_POSTOPS)}, got {attr!r}")
-    act, act_, unary, scalars, algorithm = LINEAR_POSTOPS[attr]
+    act, act_, unary, scalars, algorithm = _linear_postop(attr)
     linear = torch._C._nn.linear
     if not (isinstance(weight, torch.Tensor) and weight.dtype is torch.float32
             and weight.dim() == 2 and weight.layout == torch.strided and weight.numel() > 0
@@ -501,9 +503,7 @@ def linear_shapes(input, weight, bias=None):
 
 def linear_pointwise_shapes(input, weight, bias, attr):
     """``linear_pointwise_reference``'s result metadata: the product's (as above)."""
-    if attr not in LINEAR_POSTOPS:
-        raise ValueError(f"static_runtime::linear_pointwise: attr must be one of "
-                         f"{sorted(LINEAR_POSTOPS)}, got {attr!r}")
+    _linear_postop(attr)
     return linear_shapes(input, weight, bias)
 
 
