@@ -20,9 +20,7 @@ executor): it is the peer.
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -31,6 +29,10 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # (run as a script: the helpers are imported from the root)
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.workers import run_script
 
 _CHILD = r"""
 import json, statistics, sys, time, warnings
@@ -71,13 +73,6 @@ print(json.dumps({"times": times, "at": at, "steady": statistics.median(steady)}
 WINDOWS = ((0.0, 0.25), (0.25, 0.5), (0.5, 1.0))
 
 
-def _child(runtime: str, name: str, batch: int, seconds: float) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", _CHILD, runtime, name, str(batch), str(seconds)],
-                         check=True, cwd=ROOT, env=env, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
 def _quantile(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
@@ -115,7 +110,7 @@ def main(models: str, runtimes: str, seconds: float, repeats: int, json_out: str
     for spec in models.split(","):
         name, _, batch = spec.partition(":")
         for runtime in runtimes.split(","):
-            runs = sorted((summarise(_child(runtime, name, int(batch or 1), seconds))
+            runs = sorted((summarise(run_script(_CHILD, runtime, name, int(batch or 1), seconds))
                            for _ in range(repeats)), key=lambda r: r["excess_ms"])
             row = runs[len(runs) // 2]
             results.append({"model": name, "batch": int(batch or 1), "runtime": runtime,

@@ -19,8 +19,6 @@ time. Each runtime in a fresh process.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -29,6 +27,10 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # (run as a script: the helpers are imported from the root)
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.workers import run_script
 
 _CHILD = r"""
 import gc, json, random, statistics, sys, time, warnings
@@ -75,13 +77,6 @@ print(json.dumps({"mean": statistics.mean(times), "p50": times[len(times) // 2],
 RUNTIMES = ("ours", "ours, gc.freeze()", "torchscript")
 
 
-def _child(workload: str, runtime: str, calls: int) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", _CHILD, workload, runtime, str(calls)],
-                         check=True, cwd=ROOT, env=env, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
 @click.command()
 @click.option("--workloads", default="recsys,text", show_default=True)
 @click.option("--calls", default=3000, show_default=True)
@@ -95,7 +90,7 @@ def main(workloads: str, calls: int, json_out: str | None) -> None:
     results = []
     for workload in workloads.split(","):
         for runtime in RUNTIMES:
-            r = _child(workload, runtime, calls)
+            r = run_script(_CHILD, workload, runtime, calls)
             results.append({"workload": workload, "runtime": runtime, **r})
             run_s = r["mean"] * calls
             table.add_row(workload, runtime, f"{r['mean'] * 1e6:.0f}", f"{r['p50'] * 1e6:.0f}",

@@ -18,10 +18,7 @@ loaded PyTorch's operator signature tables for the fast bindings once). Medians 
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -35,6 +32,10 @@ import static_runtime as sr
 from static_runtime.models import MODELS
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # (run as a script: the helpers are imported from the root)
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.workers import run_script
 
 _CHILD = """
 import json, sys, time, warnings
@@ -57,13 +58,6 @@ print(json.dumps({"build": t1 - t0, "first_call": t2 - t1, "again": t3 - t2}))
 """
 
 
-def _child(mode: str, name: str, path: Path) -> dict[str, float]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", _CHILD, mode, name, str(path)], check=True,
-                         cwd=ROOT, env=env, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
-
-
 @click.command()
 @click.option("--models", default=",".join(MODELS), show_default=True)
 @click.option("--repeats", default=2, show_default=True, help="fresh processes per cell")
@@ -79,7 +73,7 @@ def main(models: str, repeats: int) -> None:
             pt, srm = Path(tmp) / f"{name}.pt", Path(tmp) / f"{name}.srm"
             torch.jit.save(scripted, str(pt))
             sr.StaticModule(scripted).save(srm)
-            runs = {mode: [_child(mode, name, p) for _ in range(repeats)]
+            runs = {mode: [run_script(_CHILD, mode, name, p) for _ in range(repeats)]
                     for mode, p in (("prepare", pt), ("load", srm))}
             med = {(mode, k): statistics.median(r[k] for r in rs) * 1e3
                    for mode, rs in runs.items() for k in ("build", "first_call", "again")}

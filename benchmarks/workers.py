@@ -31,3 +31,16 @@ def run_worker(cmd: list[str], out: Path, head: dict[str, Any],
         return result
     tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-3:] or ["no output"]
     return {**head, "error": f"worker exited with {proc.returncode}: " + " | ".join(tail)[:500]}
+
+
+def run_script(code: str, *args: object) -> dict[str, Any]:
+    """Run ``python -c code args`` in a fresh process at the repository's root (on its path),
+    one case a process; the JSON object its last line of output prints."""
+    import os
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root))
+    out = subprocess.run([sys.executable, "-c", code, *map(str, args)], check=True, cwd=root,
+                         env=env, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
