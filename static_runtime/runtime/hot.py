@@ -30,6 +30,7 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 
 from static_runtime.ops.kernels import STEPS
+from static_runtime.runtime.torch_threads import separate_pre_dispatch_modes
 
 #: How many recent calls the counts are over.
 WINDOW = 64
@@ -121,6 +122,7 @@ class BackgroundBuilder:
         _ON_BUILDER.active = True  # (the pool's one thread: it only ever runs builds)
         _ON_BUILDER.urgent = self.urgent
         _quiet_torch_logs_on_builders()
+        separate_pre_dispatch_modes()  # (done at import unless a trace was running then)
         try:
             with STEPS, _WHILE_BUILDING:  # (STEPS: released between steps)
                 build()

@@ -59,6 +59,7 @@ from static_runtime.runtime.symbolic_run import (
     stand_in,
 )
 from static_runtime.runtime.symbolic_spec import structure_spec
+from static_runtime.runtime.torch_threads import separate_pre_dispatch_modes
 
 #: how many programs a structure keeps (each covers the sizes its guards admit: a program
 #: made from a batch of 1 covers batch 1 only, for instance)
@@ -298,6 +299,7 @@ def build_program(plan: ExecutionPlan, example: list[Any], checks: Any = None,
         StatelessSymbolicContext,
     )
 
+    separate_pre_dispatch_modes()
     env = ShapeEnv(duck_shape=False, specialize_zero_one=False)
     mode = _fake_mode_class()(shape_env=env, allow_non_fake_inputs=False)
     mode.cache_enabled = False  # (FakeTensorMode.cache is one dict for every thread)
