@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 
-import torch._ops as _ops
+from torch import _ops
 
 _lock = threading.Lock()
 

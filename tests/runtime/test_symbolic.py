@@ -465,7 +465,7 @@ def test_views_of_arena_tensors_are_kept_per_layout_and_retaken_when_a_write_is_
         warnings.simplefilter("ignore")  # (PyTorch's: an out tensor resized)
         torch.testing.assert_close(mod(x), s(x))
     code = mod.code
-    write, reset = code.index("_o_sigmoid("), code.index("_memo_1 = None", code.index("_o_sigmoid("))
+    write, reset = code.index("_o_sigmoid("), code.index("_memo[1] = None", code.index("_o_sigmoid("))
     assert write < reset < code.index("_f_view(")  # the views are retaken after a refusal
     for n in (20, 4, 20):
         x = torch.randn(n, 6)

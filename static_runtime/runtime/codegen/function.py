@@ -79,7 +79,7 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
         self.names = Names()
         self.names.used.update({"_refused", "_key", "_rec", "_sig", "SignatureChanged", "_clock",
                                 "_hoist", "_dirty", "_at", "_hoisted", "_check_hoisted",
-                                "HoistRefused", "_t", "_wrap64", "_shares"})
+                                "HoistRefused", "_t", "_wrap64", "_shares", "_memo"})
         self.globals: dict[str, Any] = {"_wrap64": wrap_int64, "_shares": shares_storage}
         self.lines: list[str] = []
         self.line_nodes: dict[int, tuple[ProcessedNode, ...]] = {}
@@ -141,11 +141,16 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
                 r = src if src in self.arena else root.get(src)
                 if r is not None:
                     root[pn.outputs[0]] = r
-                    name = self.names.fresh("_memo")
-                    self.memo_names.append(name)
+                    name = self.new_memo()
                     self.view_memos[pn.node] = name
                     self.kept_view_of[pn.outputs[0]] = name
                     self.view_resets.setdefault(r, []).append(name)
+
+    def new_memo(self) -> str:
+        """Where the code keeps one more value per binding: an element of ``_memo``."""
+        name = f"_memo[{len(self.memo_names)}]"
+        self.memo_names.append(name)
+        return name
 
     def function(self) -> str:
         plan = self.plan
@@ -170,7 +175,7 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
             *specialised,
             "# One line per IR node; globals hold the bound operators and constants,",
             "# the factory's parameters the arena tensors of one memory layout and the",
-            "# input signature it was planned for.",
+            "# input signature it was planned for (run's defaults, after its inputs).",
             f"def _factory({', '.join([*self.arena_names.values(), *factory_extra])}):",
         ]
         checks = self.signature_guard(params, header)
@@ -178,9 +183,18 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
         if self.hoisting:
             header += self.hoist_prologue()
             self.line_nodes.clear()  # the factory's lines are not the run's
-        header.append(f"    def run({', '.join(params)}):")
+        # What ``run`` reads of the factory's scope and never assigns, as positional
+        # defaults rather than closure cells: one tuple per binding instead of a cell per
+        # name (~85 on a small text encoder), which the cyclic garbage collector would track
+        # for every size a layout cache keeps — the same speed per call. (Safe: ``run`` is
+        # only called with exactly its inputs.)
+        # The hoisted views too: a refused write retakes them for the rest of that call only
+        # (it sets ``_dirty``, and the next call hands back to the general path).
+        bound = [*self.arena_names.values(), *factory_extra, *self.guard_names,
+                 *self.hoisted_names]
+        header.append(f"    def run({', '.join([*params, *(f'{b}={b}' for b in bound)])}):")
         if self.hoisting:
-            header.append(f"        nonlocal {', '.join(self.hoisted_names)}, _dirty")
+            header.append("        nonlocal _dirty")
         if checks:
             header.append(f"        if {' or '.join(checks)}:")
             header.append("            raise SignatureChanged")
@@ -197,9 +211,11 @@ class Emitter(NodeEmission, ControlFlowEmission, PrologueEmission):
         self.block(plan.block, 2, top=True)
         if self.memo_names:
             # (the values kept per binding: their names are known once the body is made)
+            # (one list per binding, ``run``'s default: not a closure cell per value, which
+            # the garbage collector would track for every size a layout cache keeps)
             at = next(k for k, line in enumerate(header) if line.startswith("    def run("))
-            header.insert(at, f"    {' = '.join(self.memo_names)} = None")
-            header.insert(at + 2, f"        nonlocal {', '.join(self.memo_names)}")
+            header[at] = header[at].removesuffix("):") + ", _memo=_memo):"
+            header.insert(at, f"    _memo = [None] * {len(self.memo_names)}")
             specialised_at = 1
             header.insert(specialised_at + len(specialised), (
                 f"# {len(self.memo_names)} values the signature alone decides (tensors, sizes) "

@@ -131,8 +131,7 @@ class NodeEmission:
         the name planned for a kept view of an arena tensor.)"""
         if memo is not None:
             return self.kept_view(pn, indent, memo)
-        memo = self.names.fresh("_memo")
-        self.memo_names.append(memo)
+        memo = self.new_memo()
         self.emit(indent, f"if {memo} is None:")
         if pn.managed:
             self.emit(indent + 1, f"{self.local(pn.outputs[0])} = "

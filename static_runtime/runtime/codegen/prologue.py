@@ -44,6 +44,7 @@ class PrologueEmission:
         """The conditions under which ``run`` raises ``SignatureChanged`` (none without a
         guard); the factory's lines that unpack the key they compare with go on ``header``."""
         checks = []
+        self.guard_names: list[str] = []  # (the factory's names ``run`` reads)
         if self.guard is not None:
             # The layout is only valid for its signature: check it as directly as possible
             # (dtype identity and shape equality for tensors) and hand back to the general
@@ -54,6 +55,7 @@ class PrologueEmission:
             for i, (param, kind) in enumerate(zip(params, self.guard)):
                 if kind is True:
                     header.append(f"    _dtype{i}, _shape{i} = _key[{i}]")
+                    self.guard_names += [f"_dtype{i}", f"_shape{i}"]
                     checks.append(f"{param}.dtype is not _dtype{i} or {param}.shape != _shape{i}")
                     if on_cpu:
                         checks.append(f"not {param}.is_cpu")
@@ -63,12 +65,14 @@ class PrologueEmission:
                     checks.append(f"type({param}) is not list or len({param}) != {n}")
                     for j in range(n):
                         header.append(f"    _dtype{i}_{j}, _shape{i}_{j} = _elems{i}[{j}]")
+                        self.guard_names += [f"_dtype{i}_{j}", f"_shape{i}_{j}"]
                         checks.append(f"{param}[{j}].dtype is not _dtype{i}_{j} or "
                                       f"{param}[{j}].shape != _shape{i}_{j}")
                         if on_cpu:
                             checks.append(f"not {param}[{j}].is_cpu")
                 else:
                     header.append(f"    _key{i} = _key[{i}]")
+                    self.guard_names.append(f"_key{i}")
                     checks.append(f"_sig({param}) != _key{i}")
         return checks
 
