@@ -118,10 +118,11 @@ class _Kernel:
             B, H, Lq, Lk, D, Dv, H // Hk, int(self.causal), *q.stride()[:3],
             *k.stride()[:3], *v.stride()[:3], *out_strides[:3], *mask_strides,
             int(self.invert))
-        run, empty_strided = self.run, torch.empty_strided
-        shape, strides = tuple(out_shape), tuple(out_strides)
-
-        def direct(q, k, v, mask):
+        # (bound by defaults, ``_owner`` what the address names: kept per size, and a
+        # closure's cells and an attribute's dict are objects the collector tracks)
+        def direct(q, k, v, mask, run=self.run, empty_strided=torch.empty_strided,
+                   shape=tuple(out_shape), strides=tuple(out_strides), kind=kind,
+                   factor=factor, address=address, f32=f32, boolean=boolean, _owner=array):
             out = empty_strided(shape, strides)
             fptr = bptr = None
             if kind is f32:
@@ -136,7 +137,6 @@ class _Kernel:
                 return None  # a query row masked entirely: the default answers
             return out
 
-        direct.keep = array  # type: ignore[attr-defined]  # what the address names
         return direct
 
     def decide(self, key: tuple, q, k, v, mask, factor: float, expected: torch.Tensor,

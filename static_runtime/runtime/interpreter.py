@@ -25,7 +25,7 @@ from static_runtime.memory.arena import (
     observe,
     owning_view,
 )
-from static_runtime.memory.cache import LayoutCache, Sightings, signature, structure
+from static_runtime.memory.cache import LayoutCache, signature, structure
 from static_runtime.memory.lifetimes import Lifetimes
 from static_runtime.memory.planner import DEFAULT_ALIGNMENT
 from static_runtime.ops.registry import may_hand_back
@@ -77,10 +77,6 @@ class MemoryConfig:
     #: takes a second or so): laid out again by their structure's program on a later call,
     #: so that they run the code made for the program's layouts (``_relay``)
     unprogrammed: set = field(default_factory=set)
-    #: signatures a shape program covered on their one call so far while the layout cache
-    #: was full, served by code that allocates (no layout): laid out when they come back
-    #: (``CodegenExecutor._run_once``)
-    sightings: Sightings = field(default_factory=lambda: Sightings(4096))
 
 
 class Interpreter:

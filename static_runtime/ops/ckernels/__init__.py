@@ -224,16 +224,33 @@ def _block(*values: int) -> tuple[array.array, int]:
     return block, block.buffer_info()[0]
 
 
-#: Per-shape argument blocks a kernel keeps (more: the cache starts over; a caller holds
-#: the block it uses, so dropping one under a concurrent call is safe).
-_MAX_SHAPES = 256
+#: Per-shape entries a kernel's cache keeps (argument blocks, calls bound to a shape): the
+#: oldest is dropped for a new one past this many (a caller holds the block it uses, so
+#: dropping one under a concurrent call is safe). As many as a dynamic batcher's batch
+#: sizes (1…512) or a text model's lengths: an entry dropped and made again is objects the
+#: garbage collector promotes, and traffic of more sizes than the cache holds made them at
+#: every call of a size not held (with 256, and the whole cache dropped when full, a full
+#: collection of the process every ~3,000 calls on the recommender of
+#: ``benchmarks/gc_pauses.py``). An entry is a few hundred bytes.
+_MAX_SHAPES = 1024
 
 
 def remember(cache: dict, key, value):
-    """``cache[key] = value`` in a cache of at most ``_MAX_SHAPES`` entries (sizes long gone
-    are forgotten all at once); returns ``value``."""
+    """``cache[key] = value`` in a cache of at most ``_MAX_SHAPES`` entries (the oldest
+    dropped); returns ``value``. A ``torch.Size`` in the key (itself or an element) is kept
+    as the plain tuple it equals: a plain tuple of numbers is one the cyclic garbage
+    collector stops tracking, and such entries are made for every size."""
     if len(cache) >= _MAX_SHAPES:
-        cache.clear()
+        try:
+            del cache[next(iter(cache))]
+        except (RuntimeError, KeyError, StopIteration):  # (another thread changed it)
+            pass
+    size = torch.Size
+    if isinstance(key, tuple):
+        if type(key) is size:
+            key = tuple(key)
+        elif any(type(k) is size for k in key):
+            key = tuple(tuple(k) if type(k) is size else k for k in key)
     cache[key] = value
     return value
 
@@ -320,13 +337,14 @@ class Gemm:
         """``(x, o, r) -> None`` for ``m`` rows writing ``act(x · W + bias + r)``: ``r`` a
         contiguous float32 residual of ``o``'s shape (``o`` itself allowed), which the
         epilogue adds before the activation. Unchecked, as ``direct``."""
-        run = self._run_res
         block, address = self._block_for(m, max(self.k, 1), self.n)
 
-        def with_residual(x: torch.Tensor, o: torch.Tensor, r: torch.Tensor) -> None:
+        # (bound by defaults, ``_owners`` what the addresses name: kept per size, and a
+        # closure's cells and an attribute's dict are objects the collector tracks)
+        def with_residual(x: torch.Tensor, o: torch.Tensor, r: torch.Tensor,
+                          run=self._run_res, address=address, _owners=(self, block)) -> None:
             run(x.data_ptr(), o.data_ptr(), r.data_ptr(), address)
 
-        with_residual.keep = (self, block)  # type: ignore[attr-defined]  # what it names
         return with_residual
 
     def direct(self, m: int):
@@ -335,13 +353,12 @@ class Gemm:
         contiguous float32 CPU tensor of ``m`` rows of N. ``kernel()``'s checks and argument
         block lookup cost ~0.9 µs a call, four times a 1 × 64 · 64 × 64 product's own time;
         this is the call a caller that knows the shapes makes on every call after its first."""
-        run = self._run
         block, address = self._block_for(m, max(self.k, 1), self.n)
 
-        def direct(x: torch.Tensor, o: torch.Tensor) -> None:
+        def direct(x: torch.Tensor, o: torch.Tensor, run=self._run, address=address,
+                   _owners=(self, block)) -> None:
             run(x.data_ptr(), o.data_ptr(), address)
 
-        direct.keep = (self, block)  # type: ignore[attr-defined]  # what the addresses name
         return direct
 
     def conv1x1(self):

@@ -166,14 +166,16 @@ def rms_norm(weight: torch.Tensor, eps: float):
     def direct_for(shape: torch.Size):
         """``x -> result`` for contiguous float32 CPU inputs of ``shape``, unchecked."""
         # (``empty(*dims)``: a ``torch.Size`` argument costs 1.36 µs against 0.60)
-        rows, empty, dims = shape.numel() // h if h else 0, torch.empty, tuple(shape)
+        # (bound by defaults: a closure's cells are objects the collector tracks, per size)
+        rows = shape.numel() // h if h else 0
 
-        def direct(x: torch.Tensor) -> torch.Tensor:
+        def direct(x: torch.Tensor, empty=torch.empty, dims=tuple(shape), rows=rows
+                   ) -> torch.Tensor:
             out = empty(*dims)
             run(x.data_ptr(), w_ptr, out.data_ptr(), rows, h, eps)
             return out
 
-        def into(x: torch.Tensor, out: torch.Tensor) -> None:
+        def into(x: torch.Tensor, out: torch.Tensor, rows=rows) -> None:
             run(x.data_ptr(), w_ptr, out.data_ptr(), rows, h, eps)
 
         direct.into = into  # type: ignore[attr-defined]  (into a contiguous out of x's shape)
@@ -199,17 +201,19 @@ def layer_norm(h: int, weight: torch.Tensor | None, bias: torch.Tensor | None, e
     def direct_for(shape: torch.Size):
         """``x -> result`` for contiguous float32 CPU inputs of ``shape``, unchecked."""
         # (``empty(*dims)``: a ``torch.Size`` argument costs 1.36 µs against 0.60)
-        rows, empty, dims = shape.numel() // h if h else 0, torch.empty, tuple(shape)
+        # (bound by defaults: a closure's cells are objects the collector tracks, per size;
+        # ``_owners``: what the pointers name)
+        rows = shape.numel() // h if h else 0
 
-        def direct(x: torch.Tensor) -> torch.Tensor:
+        def direct(x: torch.Tensor, empty=torch.empty, dims=tuple(shape), rows=rows,
+                   _owners=keep) -> torch.Tensor:
             out = empty(*dims)
             run(x.data_ptr(), w_ptr, b_ptr, out.data_ptr(), rows, h, eps)
             return out
 
-        def into(x: torch.Tensor, out: torch.Tensor) -> None:
+        def into(x: torch.Tensor, out: torch.Tensor, rows=rows, _owners=keep) -> None:
             run(x.data_ptr(), w_ptr, b_ptr, out.data_ptr(), rows, h, eps)
 
-        direct.keep = into.keep = keep  # type: ignore[attr-defined]  (what the pointers name)
         direct.into = into  # type: ignore[attr-defined]  (into a contiguous out of x's shape)
         return direct
 
@@ -234,14 +238,16 @@ def l2_normalize(h: int, eps: float):
     def direct_for(shape: torch.Size):
         """``x -> result`` for contiguous float32 CPU inputs of ``shape``, unchecked."""
         # (``empty(*dims)``: a ``torch.Size`` argument costs 1.36 µs against 0.60)
-        rows, empty, dims = shape.numel() // h if h else 0, torch.empty, tuple(shape)
+        # (bound by defaults: a closure's cells are objects the collector tracks, per size)
+        rows = shape.numel() // h if h else 0
 
-        def direct(x: torch.Tensor) -> torch.Tensor:
+        def direct(x: torch.Tensor, empty=torch.empty, dims=tuple(shape), rows=rows
+                   ) -> torch.Tensor:
             out = empty(*dims)
             run(x.data_ptr(), out.data_ptr(), rows, h, eps)
             return out
 
-        def into(x: torch.Tensor, out: torch.Tensor) -> None:
+        def into(x: torch.Tensor, out: torch.Tensor, rows=rows) -> None:
             run(x.data_ptr(), out.data_ptr(), rows, h, eps)
 
         direct.into = into  # type: ignore[attr-defined]  (into a contiguous out of x's shape)
@@ -295,11 +301,10 @@ class GatedGemm:
             block = remember(self._blocks, m, _block(
                 max(self.k, 1), gemm.packed.data_ptr(),
                 0 if gemm.bias is None else gemm.bias.data_ptr(), self.h, m, self.k, self.h))
-        address = block[1]
-
-        def direct(x: torch.Tensor, o: torch.Tensor) -> None:
+        def direct(x: torch.Tensor, o: torch.Tensor, run=run, address=block[1],
+                   _owners=(self, block)) -> None:
             if run(x.data_ptr(), o.data_ptr(), address):
-                raise MemoryError(f"GatedGemm: no memory for the partial sums of {m} rows")
+                raise MemoryError(f"GatedGemm: no memory for the partial sums of {o.shape[0]} "
+                                  "rows")
 
-        direct.keep = (self, block)  # type: ignore[attr-defined]  # what the addresses name
         return direct

@@ -167,20 +167,21 @@ class CodegenExecutor(Interpreter):
         return outputs
 
     def _run_once(self, inputs: list[Any]) -> list[Any] | None:
-        """While the layout cache is full: a signature's first call, if a shape program of
-        its structure covers it, runs that program's allocating code (``CodeCache.generic``
-        with ``kept=False``, made when the program was), and the arena, the layouts, the current
-        one and its bindings are left as they are. Its second call lays it out
-        (``memory.cache.Sightings``). None when this is not such a call: the caller prepares
-        it as any other.
+        """While the layout cache is full: a call of a signature the cache does not admit
+        (``LayoutCache.admits``: it has not come more often than the layout it would
+        evict), if a shape program of its structure covers it, runs that program's
+        allocating code (``CodeCache.generic`` with ``kept=False``, made when the program
+        was), and the arena, the layouts, the current one and its bindings are left as they
+        are. None when this is not such a call: the caller prepares it as any other (an
+        admitted signature is laid out, evicting the least recently used).
 
-        The cache's admission rule: a layout made for a size that never comes back would
-        evict one that does (more sizes than ``plan_cache_size`` — lengths times batch
-        sizes, say), so a size is admitted on its second call, its first costing a call
-        that allocates (about what TorchScript pays on every call). While there is room,
-        a size is laid out on its first call: one that comes back then pays nothing more
-        (laying out on the second call cost the traffic benchmark's text encoder 3 % and its
-        recommender 8 % of the mean, every size there coming back)."""
+        A layout made for a size that does not come back would evict one that does (more
+        sizes than ``plan_cache_size`` — lengths times batch sizes, say), and every layout
+        turned over leaves objects the garbage collector promotes: a size not admitted
+        costs a call that allocates (about what TorchScript pays on every call). While
+        there is room, a size is laid out on its first call: one that comes back then pays
+        nothing more (laying out on the second call cost the traffic benchmark's text
+        encoder 3 % and its recommender 8 % of the mean, every size there coming back)."""
         memory = self.memory
         layouts = memory.layouts
         if len(layouts) < layouts.maxsize:
@@ -209,10 +210,11 @@ class CodegenExecutor(Interpreter):
             if code is None:
                 return None  # (the builder is still making it: not made on the request path)
             fn = self._once[id(program)] = code.factory(self._refused, key)
-        if not memory.sightings.first(key):
-            self.counted = key  # (served once already: laid out now)
+        if layouts.admits(key):
+            self.counted = key  # (counted here: laid out now)
             return None
-        memory.programs.note_served(program)
+        if layouts.count(key) == 1:  # (a size served so again: counted once)
+            memory.programs.note_served(program)
         try:
             outputs = fn(*inputs)
         except BaseException as e:
