@@ -160,6 +160,8 @@ class _WhileBuilding:
       collector scan every object of the process every few hundred milliseconds — 80–140 ms
       each, holding the GIL, in the first second of a module called back to back. The young
       generations are still collected (a build's garbage dies young);
+      Once the last build ends, the builder collects the whole process itself if no call
+      is running (the collection the builds' survivors would start at the next request);
     * the interpreter's switch interval is ``SWITCH_S``, not 5 ms: where a build runs between
       two pause points, a call whose kernel released the GIL gets it back that much sooner
       (a slice of the build is spread over several calls' kernels, not one call's)."""
@@ -187,6 +189,7 @@ class _WhileBuilding:
                     sys.setswitchinterval(self.SWITCH_S)
 
     def __exit__(self, *exc: object) -> None:
+        collect = False
         with self._lock:
             self._running -= 1
             if self._running:
@@ -195,11 +198,17 @@ class _WhileBuilding:
                 first, second, third = gc.get_threshold()
                 if third == self.DEFERRED:
                     gc.set_threshold(first, second, self._threshold)
+                    collect = True
                 self._threshold = None
             if self._interval is not None:
                 if sys.getswitchinterval() == self.SWITCH_S:
                     sys.setswitchinterval(self._interval)
                 self._interval = None
+        if collect and not CALLS:
+            # The builds' survivors make the next young collection a full one (100–200 ms,
+            # GIL held): taken here, on the builder's thread while no call runs, rather than
+            # by the next request's allocations.
+            gc.collect()
 
 
 _WHILE_BUILDING = _WhileBuilding()
