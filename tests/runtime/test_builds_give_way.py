@@ -170,7 +170,7 @@ def test_the_builds_survivors_are_collected_by_the_builder_when_no_call_runs():
     kept = []
 
     def build():
-        kept.append([[i] for i in range(50_000)])  # (survivors, as a build's caches are)
+        kept.append([[i] for i in range(300_000)])  # (survivors, as a build's caches are)
 
     threads = _full_collections("test-collects", build)
     assert threads and all(t.startswith("test-collects") for t in threads)
