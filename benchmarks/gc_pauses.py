@@ -1,11 +1,12 @@
 """Full garbage collections under traffic of more sizes than the layout cache holds.
 
 Each new size leaves long-lived objects (its layout, the arena views a runtime binds, the
-code bound to them: ~130 tracked objects a size on the recommender, ~400 on the text
-encoder); once evicted they are freed, but having survived the young collections they count
-towards the next *full* collection, which scans every object of the process (~330 k after
-importing PyTorch and preparing a model: 130–200 ms, GIL held). Python starts one when the
-objects promoted since the last exceed a quarter of the old generation.
+code bound to them, the kernels' per-shape calls: ~85 tracked objects a size on the
+recommender, ~225 on the text encoder since session 18, ``benchmarks/objects_per_size.py``);
+once evicted they are freed, but having survived the young collections they count towards
+the next *full* collection, which scans every object of the process (~350 k after importing
+PyTorch and preparing a model: 130–200 ms, GIL held). Python starts one when the objects
+promoted since the last exceed a quarter of the old generation.
 
 Uniformly random sizes (batch 1…512 on ``recsys``, length 8…256 on ``text``) in one process,
 one thread, after a warm-up of three sizes: ours as the library leaves the process, ours after
