@@ -7,7 +7,10 @@ import pytest
 import torch
 
 import static_runtime.ops.activations  # (registers the activations' meanings)
-import static_runtime.ops.norms  # noqa: F401  (registers layer_norm's meaning)
+import static_runtime.ops.gated  # (registers gated_linear's meaning)
+import static_runtime.ops.norms  # (registers layer_norm's and rms_norm's meanings)
+import static_runtime.ops.residual  # (registers linear_residual's meaning)
+import static_runtime.ops.rotary  # noqa: F401  (registers rotary's meaning)
 from static_runtime.ops.native.fused import CONV_POSTOPS, LINEAR_POSTOPS
 from static_runtime.ops.registry import SHAPE_MEANINGS
 
@@ -59,6 +62,72 @@ def test_conv2d_pointwise(attr, shape, groups, channels_last):
 def test_linear_pointwise(attr, make):
     _same_metadata("static_runtime::linear_pointwise",
                    [make(), torch.randn(7, 5), torch.randn(7), attr])
+
+
+@pytest.mark.parametrize("attr", sorted(LINEAR_POSTOPS))
+@pytest.mark.parametrize("make,residual", [
+    (lambda: torch.randn(4, 5), lambda: torch.randn(4, 7)),
+    (lambda: torch.randn(2, 3, 5), lambda: torch.randn(2, 3, 7)),
+    (lambda: torch.randn(2, 3, 5), lambda: torch.randn(7)),  # broadcast into the product
+    (lambda: torch.randn(3, 5), lambda: torch.randn(2, 1, 7)),  # widening it
+    (lambda: torch.randn(2, 3, 5), lambda: torch.randn(3, 2, 7).transpose(0, 1)),
+    (lambda: torch.randn(3, 5, 2).transpose(1, 2), lambda: torch.randn(3, 2, 7)),
+    (lambda: torch.randn(4, 5), lambda: torch.randn(4, 7, dtype=torch.float64)),
+    (lambda: torch.randn(1, 1, 5), lambda: torch.randn(1, 1, 7)),
+])
+def test_linear_residual(attr, make, residual):
+    _same_metadata("static_runtime::linear_residual",
+                   [make(), torch.randn(7, 5), torch.randn(7), residual(), attr])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("make", [lambda: torch.randn(4, 5), lambda: torch.randn(2, 3, 5),
+                                  lambda: torch.randn(3, 5, 2).transpose(1, 2),
+                                  lambda: torch.randn(1, 1, 5), lambda: torch.randn(5),
+                                  lambda: torch.randn(2, 5, dtype=torch.float64)])
+def test_gated_linear(make, bias):
+    x = make()
+    w = [torch.randn(7, 5, dtype=x.dtype) for _ in range(2)]
+    b = [torch.randn(7, dtype=x.dtype) if bias else None for _ in range(2)]
+    _same_metadata("static_runtime::gated_linear", [x, w[0], b[0], w[1], b[1]])
+
+
+def _heads(b, h, length, d, order):
+    """A (b, h, length, d) query laid out in ``order`` (outermost first), as projections
+    reshaped and transposed make them."""
+    sizes = (b, h, length, d)
+    return torch.randn([sizes[i] for i in order]).permute(
+        [order.index(i) for i in range(4)])
+
+
+@pytest.mark.parametrize("layout", [(0, 1, 2, 3), (0, 2, 1, 3), (2, 0, 1, 3)])
+@pytest.mark.parametrize("length", [1, 5])
+@pytest.mark.parametrize("tables", ["2d", "4d"])
+def test_rotary(layout, length, tables):
+    x = _heads(2, 3, length, 8, layout)
+    shape = (length, 8) if tables == "2d" else (1, 1, length, 8)
+    cos, sin = torch.randn(shape), torch.randn(shape)
+    _same_metadata("static_runtime::rotary", [x, cos, sin, 4, 3, -1], exact=False)
+
+
+def test_rotary_of_a_strided_query_is_the_references():
+    x = torch.randn(2, 3, 5, 16)[..., :8]  # (a gap after every row: not dense)
+    cos, sin = torch.randn(5, 8), torch.randn(5, 8)
+    _same_metadata("static_runtime::rotary", [x, cos, sin, 4, 3, -1], exact=False)
+
+
+@pytest.mark.parametrize("make,weight", [
+    (lambda: torch.randn(4, 6), lambda: torch.randn(6)),
+    (lambda: torch.randn(2, 3, 6), lambda: torch.randn(6)),
+    (lambda: torch.randn(1, 1, 6), lambda: torch.randn(6)),
+    (lambda: torch.randn(2, 6, 3).transpose(1, 2), lambda: torch.randn(6)),  # the reference's
+    (lambda: torch.randn(2, 3, 6), lambda: torch.randn(6, dtype=torch.float64)),
+    (lambda: torch.randn(3, 6, dtype=torch.float64), lambda: torch.randn(6, dtype=torch.float64)),
+])
+def test_rms_norm(make, weight):
+    _same_metadata("static_runtime::rms_norm", [make(), weight(), 1e-6])
+    _same_metadata("static_runtime::rms_norm", [make(), weight(), 1e-6, torch.float32],
+                   exact=False)
 
 
 @pytest.mark.parametrize("bias", [True, False])
