@@ -160,10 +160,10 @@ class _WhileBuilding:
       hundred thousand (expressions over symbolic sizes, fake tensors), which had the
       collector scan every object of the process every few hundred milliseconds — 80–140 ms
       each, holding the GIL, in the first second of a module called back to back. The young
-      generations are still collected (a build's garbage dies young);
-      Once the last build ends, the builder collects the whole process itself if no call
-      runs for ``IDLE_S`` (the collection the builds' survivors would start at the next
-      request);
+      generations are still collected (a build's garbage dies young). Once the last build
+      ends, if it held a full collection back, the builder collects the whole process
+      itself when no call runs for ``IDLE_S`` (the collection the builds' survivors would
+      start at the next request);
     * the interpreter's switch interval is ``SWITCH_S``, not 5 ms: where a build runs between
       two pause points, a call whose kernel released the GIL gets it back that much sooner
       (a slice of the build is spread over several calls' kernels, not one call's)."""

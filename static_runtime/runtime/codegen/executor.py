@@ -168,8 +168,8 @@ class CodegenExecutor(Interpreter):
 
     def _run_once(self, inputs: list[Any]) -> list[Any] | None:
         """While the layout cache is full: a call of a signature the cache does not admit
-        (``LayoutCache.admits``: it has not come more often than the layout it would
-        evict), if a shape program of its structure covers it, runs that program's
+        (``LayoutCache.admits``: it has not come more often, by more than one, than the
+        layout it would evict), if a shape program of its structure covers it, runs that program's
         allocating code (``CodeCache.generic`` with ``kept=False``, made when the program
         was), and the arena, the layouts, the current one and its bindings are left as they
         are. None when this is not such a call: the caller prepares it as any other (an
@@ -211,7 +211,7 @@ class CodegenExecutor(Interpreter):
                 return None  # (the builder is still making it: not made on the request path)
             fn = self._once[id(program)] = code.factory(self._refused, key)
         if layouts.admits(key):
-            self.counted = key  # (counted here: laid out now)
+            self.counted = key  # (noted served on its first call here: laid out now)
             return None
         if layouts.count(key) == 1:  # (a size served so again: counted once)
             memory.programs.note_served(program)
