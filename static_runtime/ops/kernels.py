@@ -19,31 +19,24 @@ inside ``NODE_BUDGET_S``; the fastest best-of time wins, if it beats the default
 ``MODEL_BUDGET_S`` in all (one per ``StaticModule``); past that, the default serves, not
 remembered.
 
-The disk cache is one JSON file, ``$STATIC_RUNTIME_CACHE_DIR/kernels.json`` (default
-``~/.cache/static_runtime/``), read once per process. A write takes an exclusive ``flock`` on
-a lock file beside it, merges what other processes wrote meanwhile, writes a temporary file
-and renames it over the cache, so readers never see half a file and no process loses
-another's entries. An unreadable or unwritable cache is warned about once and the choices
-live in memory only.
+The disk cache (``ops/kernel_cache.py``): a snapshot and a journal in
+``$STATIC_RUNTIME_CACHE_DIR`` (default ``~/.cache/static_runtime/``), read once per process; a
+new choice appends one line to the journal.
 """
 
 from __future__ import annotations
 
-import fcntl
-import json
 import math
-import os
 import platform
-import tempfile
 import threading
 import time
-import warnings
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
+
+from static_runtime.ops.kernel_cache import DiskCache, disk_cache
 
 #: Time spent measuring one node at one shape, seconds (more only where three rounds of its
 #: candidates take longer: a product of milliseconds per call).
@@ -62,10 +55,6 @@ MIN_GAIN = 0.05
 #: Candidates that make something for each shape they meet, timed in their first call there:
 #: oneDNN compiles a primitive per shape (0.3–0.7 ms for a product of 50 µs).
 PER_SHAPE_SETUP = ("onednn",)
-#: 2: ours timed by its unchecked call (format 1 timed it through checks costing ~0.9 µs a
-#: call, so tiny products chose ATen's); 3: each candidate's first call timed too (``setup``);
-#: an older format's choices are measured again.
-CACHE_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -141,128 +130,6 @@ def _native_digest() -> str:
     from static_runtime.ops import ckernels  # (it imports this module)
 
     return ckernels.source_digest()
-
-
-def cache_path() -> Path:
-    """``$STATIC_RUNTIME_CACHE_DIR/kernels.json``, else under ``$XDG_CACHE_HOME`` or
-    ``~/.cache``, in ``static_runtime/``."""
-    root = os.environ.get("STATIC_RUNTIME_CACHE_DIR")
-    if root:
-        return Path(root) / "kernels.json"
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "static_runtime" / "kernels.json"
-
-
-class DiskCache:
-    """Choices of one cache file: key → entry, for the CPU it was made on."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._entries: dict[str, dict] | None = None
-        self._lock = threading.Lock()
-        self._warned = False
-        #: the file's (inode, mtime, size) when we last read or wrote it: unchanged, a write
-        #: need not read it again first (every write replaces the file: a new inode)
-        self._seen: tuple[int, int, int] | None = None
-
-    def load(self) -> None:
-        """Read the file now, if not yet: while a module is prepared, not on its first call
-        (3,000 choices parse in ~6 ms, but the objects they make can be what starts a full
-        collection of the process — 185 ms on a MobileNet's first call)."""
-        with self._lock:
-            if self._entries is None:
-                self._entries = self._read()
-
-    def get(self, key: str) -> dict | None:
-        with self._lock:
-            if self._entries is None:
-                self._entries = self._read()
-            return self._entries.get(key)
-
-    def put(self, key: str, entry: dict) -> None:
-        with self._lock:
-            if self._entries is None:
-                self._entries = self._read()
-            self._entries[key] = entry
-            try:
-                self._write(key, entry)
-            except OSError as e:
-                self._warn(f"cannot write the kernel choice cache {self.path} ({e}); choices "
-                           "are kept in memory only")
-
-    def _stamp(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size
-
-    def _read(self) -> dict[str, dict]:
-        self._seen = self._stamp()
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return {}
-        except OSError as e:
-            self._warn(f"cannot read the kernel choice cache {self.path} ({e})")
-            return {}
-        try:
-            data = json.loads(text)
-            older = data.get("format") if isinstance(data, dict) else None
-            if type(older) is int and older < CACHE_FORMAT:
-                return {}  # an older release's choices: measured again, then rewritten
-            if data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"), dict):
-                raise ValueError(f"not format {CACHE_FORMAT}")
-            return dict(data["entries"])
-        except (ValueError, AttributeError) as e:
-            self._warn(f"the kernel choice cache {self.path} is unreadable ({e}); it will be "
-                       "rewritten")
-            return {}
-
-    def _write(self, key: str, entry: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        with open(lock_path, "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
-            # What other processes wrote since we read it (not read again if the file is as
-            # we left it: a write is on the request path, the measurement's, and reading a
-            # cache of a thousand choices costs ~3 ms)
-            merged = self._read() if self._stamp() != self._seen else dict(self._entries or {})
-            merged.update(self._entries or {})
-            merged[key] = entry
-            self._entries = merged
-            # (one string from the C encoder: ``json.dump`` to a file with ``indent``
-            # encodes in Python, ~4 x slower)
-            text = json.dumps({"format": CACHE_FORMAT, "entries": merged}, sort_keys=True,
-                              separators=(",", ":"))
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".kernels.", suffix=".tmp")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(text)
-                os.replace(tmp, self.path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-            self._seen = self._stamp()
-
-    def _warn(self, message: str) -> None:
-        if not self._warned:
-            self._warned = True
-            warnings.warn(f"static_runtime: {message}", RuntimeWarning, stacklevel=3)
-
-
-_CACHES: dict[Path, DiskCache] = {}
-_CACHES_LOCK = threading.Lock()
-
-
-def disk_cache(path: Path | None = None) -> DiskCache:
-    """The process's one ``DiskCache`` for ``path`` (default: ``cache_path()``)."""
-    path = (path or cache_path()).absolute()
-    with _CACHES_LOCK:
-        cache = _CACHES.get(path)
-        if cache is None:
-            cache = _CACHES[path] = DiskCache(path)
-        return cache
 
 
 Candidate = Callable[[], torch.Tensor]

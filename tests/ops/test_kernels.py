@@ -14,8 +14,9 @@ from differential import check
 from torch import nn
 
 import static_runtime as sr
-from static_runtime.ops import ckernels, gemm, kernels
-from static_runtime.ops.kernels import Choice, DiskCache, KernelChooser
+from static_runtime.ops import ckernels, gemm, kernel_cache, kernels
+from static_runtime.ops.kernel_cache import DiskCache
+from static_runtime.ops.kernels import Choice, KernelChooser
 
 MEASURE = sr.StaticModuleOptions(kernel_choice="measure", verify_memory_plans=True,
                                  specialize_after=0)
@@ -183,7 +184,7 @@ def test_warm_cache_measures_nothing_and_describe_shows_the_choice(cache_dir):
     text = mod.describe()
     assert "M<=8 threads=" in text and "(measured; µs: " in text and "aten " in text
     assert f"kernel choice: {measured} measured" in text
-    entries = json.loads((cache_dir / "kernels.json").read_text())["entries"]
+    entries = _on_disk(cache_dir / "kernels.json")
     assert len(entries) == measured
     assert all(e["choice"] in e["us"] for e in entries.values())
 
@@ -278,19 +279,52 @@ def test_pick_keeps_the_default_within_the_margin():
     assert kernels.pick({"onednn": 5.0}, "aten") == "onednn"  # the default was dropped
 
 
+def _on_disk(path):
+    """What a new process reads: the snapshot and the journal."""
+    return DiskCache(path)._read()
+
+
 def test_disk_cache_round_trip_and_merge(tmp_path):
     path = tmp_path / "sub" / "kernels.json"
     one, two = DiskCache(path), DiskCache(path)  # as two processes would hold it
     assert one.get("a") is None and two.get("b") is None
     one.put("a", {"choice": "onednn", "us": {"onednn": 1.0, "aten": 2.0}})
-    two.put("b", {"choice": "aten", "us": {"aten": 1.0}})  # merges what `one` wrote
-    data = json.loads(path.read_text())
-    assert data["format"] == kernels.CACHE_FORMAT and set(data["entries"]) == {"a", "b"}
-    one.put("c", {"choice": "aten", "us": {}})  # the file changed since `one` wrote it
-    one.put("d", {"choice": "aten", "us": {}})  # (it did not since: not read again)
-    assert set(json.loads(path.read_text())["entries"]) == {"a", "b", "c", "d"}
+    two.put("b", {"choice": "aten", "us": {"aten": 1.0}})
+    one.put("c", {"choice": "aten", "us": {}})
+    assert set(_on_disk(path)) == {"a", "b", "c"}  # neither process lost the other's
     assert DiskCache(path).get("a") == {"choice": "onednn", "us": {"onednn": 1.0, "aten": 2.0}}
     assert not list(path.parent.glob("*.tmp"))
+
+
+def test_a_choice_appends_a_line_and_the_journal_is_folded_into_the_snapshot(tmp_path,
+                                                                             monkeypatch):
+    monkeypatch.setattr(kernel_cache, "COMPACT_BYTES", 100)  # (past two lines of these)
+    path = tmp_path / "kernels.json"
+    one, two = DiskCache(path), DiskCache(path)
+    one.put("a", {"choice": "aten", "us": {}})
+    assert not path.exists()  # (a line in the journal: the snapshot is not rewritten)
+    two.put("b", {"choice": "native", "us": {}})
+    one.put("c", {"choice": "aten", "us": {}})
+    assert len(one.journal.read_text().splitlines()) == 3
+    one.put("d", {"choice": "aten", "us": {}})  # past the size: folded, another's lines too
+    data = json.loads(path.read_text())
+    assert data["format"] == kernel_cache.CACHE_FORMAT
+    assert set(data["entries"]) == {"a", "b", "c", "d"}
+    assert one.journal.read_text() == ""
+    two.put("e", {"choice": "aten", "us": {}})
+    assert set(_on_disk(path)) == {"a", "b", "c", "d", "e"}
+
+
+def test_a_line_cut_short_is_skipped(tmp_path):
+    path = tmp_path / "kernels.json"
+    DiskCache(path).put("a", {"choice": "aten", "us": {}})
+    with open(path.with_name("kernels.json.journal"), "a") as f:
+        f.write('[3, "b", {"choi')  # (a process killed mid-write)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert set(_on_disk(path)) == {"a"}
+        DiskCache(path).put("c", {"choice": "aten", "us": {}})
+    assert set(_on_disk(path)) == {"a", "c"}
 
 
 def test_corrupt_cache_warns_and_is_rewritten(tmp_path):
@@ -302,12 +336,12 @@ def test_corrupt_cache_warns_and_is_rewritten(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cache.put("a", {"choice": "aten", "us": {}})
-    assert DiskCache(path).get("a") == {"choice": "aten", "us": {}}
+        assert DiskCache(path).get("a") == {"choice": "aten", "us": {}}  # (rewritten)
 
 
 def test_an_older_releases_cache_is_measured_again_without_a_warning(tmp_path):
     path = tmp_path / "kernels.json"
-    path.write_text(json.dumps({"format": kernels.CACHE_FORMAT - 1,
+    path.write_text(json.dumps({"format": kernel_cache.CACHE_FORMAT - 1,
                                 "entries": {"a": {"choice": "aten", "us": {}}}}))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -315,7 +349,7 @@ def test_an_older_releases_cache_is_measured_again_without_a_warning(tmp_path):
         assert cache.get("a") is None
         cache.put("b", {"choice": "native", "us": {}})
     data = json.loads(path.read_text())
-    assert data["format"] == kernels.CACHE_FORMAT and set(data["entries"]) == {"b"}
+    assert data["format"] == kernel_cache.CACHE_FORMAT and set(data["entries"]) == {"b"}
 
 
 def test_key_names_threads_and_cpu(tmp_path):

@@ -38,7 +38,8 @@ from pathlib import Path
 
 import torch
 
-from static_runtime.ops.kernels import cache_path, cpu_identity
+from static_runtime.ops.kernel_cache import cache_path
+from static_runtime.ops.kernels import cpu_identity
 
 #: What the library is built from (all hashed; the .c files compiled).
 _FILES = ("act.h", "attention.c", "depthwise.c", "eltwise.c", "gemm.c", "norms.c",

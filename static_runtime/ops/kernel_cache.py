@@ -1,0 +1,193 @@
+"""Where kernel choices are remembered between processes (``ops/kernels.py``).
+
+Two files in ``$STATIC_RUNTIME_CACHE_DIR`` (default ``~/.cache/static_runtime/``): a snapshot,
+``kernels.json`` (``{"format": …, "entries": {key: entry}}``), and a journal beside it,
+``kernels.json.journal``, one JSON line ``[format, key, entry]`` per choice made since the
+snapshot was last written. A process reads both once (when its first module that measures is
+prepared). A new choice — made on the request path, right after its measurement — appends
+one line, under an exclusive ``flock`` on a lock file beside them: its cost does not grow
+with the cache (rewriting the whole file took 14 ms at 3,200 choices). Past
+``COMPACT_BYTES`` of journal, or if the snapshot could not be read or is an older release's, the
+writer folds what both files hold (other processes' lines included) into a new snapshot —
+a temporary file renamed over it, so readers never see half a file — and empties the
+journal. A line cut short (a process killed mid-write) is skipped. An unreadable or
+unwritable cache is warned about once and the choices live in memory only.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+#: 2: ours timed by its unchecked call (format 1 timed it through checks costing ~0.9 µs a
+#: call, so tiny products chose ATen's); 3: each candidate's first call timed too (``setup``);
+#: an older format's choices are measured again.
+CACHE_FORMAT = 3
+
+#: journal bytes past which a write folds it into the snapshot (~250 choices)
+COMPACT_BYTES = 64 * 1024
+
+
+def cache_path() -> Path:
+    """``$STATIC_RUNTIME_CACHE_DIR/kernels.json``, else under ``$XDG_CACHE_HOME`` or
+    ``~/.cache``, in ``static_runtime/``."""
+    root = os.environ.get("STATIC_RUNTIME_CACHE_DIR")
+    if root:
+        return Path(root) / "kernels.json"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "static_runtime" / "kernels.json"
+
+
+class DiskCache:
+    """Choices of one cache (snapshot and journal): key → entry, for the CPU it was made on."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.journal = path.with_name(path.name + ".journal")
+        self._entries: dict[str, dict] | None = None
+        self._lock = threading.Lock()
+        self._warned = False
+        #: the snapshot is unreadable or an older release's: the next write replaces it
+        self._stale = False
+
+    def load(self) -> None:
+        """Read the files now, if not yet: while a module is prepared, not on its first call
+        (3,000 choices parse in ~6 ms, but the objects they make can be what starts a full
+        collection of the process — 185 ms on a MobileNet's first call)."""
+        with self._lock:
+            if self._entries is None:
+                self._entries = self._read()
+
+    def get(self, key: str) -> dict | None:
+        with self._lock:
+            if self._entries is None:
+                self._entries = self._read()
+            return self._entries.get(key)
+
+    def put(self, key: str, entry: dict) -> None:
+        with self._lock:
+            if self._entries is None:
+                self._entries = self._read()
+            self._entries[key] = entry
+            try:
+                self._write(key, entry)
+            except OSError as e:
+                self._warn(f"cannot write the kernel choice cache {self.path} ({e}); choices "
+                           "are kept in memory only")
+
+    def _read(self) -> dict[str, dict]:
+        entries = self._read_snapshot()
+        entries.update(self._read_journal())
+        return entries
+
+    def _read_snapshot(self) -> dict[str, dict]:
+        self._stale = False
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except OSError as e:
+            self._warn(f"cannot read the kernel choice cache {self.path} ({e})")
+            return {}
+        try:
+            data = json.loads(text)
+            older = data.get("format") if isinstance(data, dict) else None
+            if type(older) is int and older < CACHE_FORMAT:
+                self._stale = True
+                return {}  # an older release's choices: measured again, then rewritten
+            if data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"), dict):
+                raise ValueError(f"not format {CACHE_FORMAT}")
+            return dict(data["entries"])
+        except (ValueError, AttributeError) as e:
+            self._stale = True
+            self._warn(f"the kernel choice cache {self.path} is unreadable ({e}); it will be "
+                       "rewritten")
+            return {}
+
+    def _read_journal(self) -> dict[str, dict]:
+        """The journal's choices of this format, in order (a later line wins)."""
+        entries: dict[str, dict] = {}
+        try:
+            with open(self.journal, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except FileNotFoundError:
+            return entries
+        except OSError as e:
+            self._warn(f"cannot read the kernel choice journal {self.journal} ({e})")
+            return entries
+        for line in lines:
+            try:
+                fmt, key, entry = json.loads(line)
+            except (ValueError, TypeError):
+                continue  # (cut short by a process killed mid-write)
+            if fmt == CACHE_FORMAT and isinstance(key, str) and isinstance(entry, dict):
+                entries[key] = entry
+        return entries
+
+    def _write(self, key: str, entry: dict) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        with open(lock_path, "a+") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when closed
+            line = json.dumps([CACHE_FORMAT, key, entry], sort_keys=True,
+                              separators=(",", ":")).encode() + b"\n"
+            fd = os.open(self.journal, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                if self._stale or size >= COMPACT_BYTES:
+                    os.close(fd)
+                    fd = -1
+                    self._compact()
+                    return
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line  # (after a line cut short: on a line of its own)
+                os.write(fd, line)  # (one write of one line, under the lock)
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+
+    def _compact(self) -> None:
+        """Under the lock: what both files hold, and this process's choices, as a new
+        snapshot; the journal emptied."""
+        merged = self._read()
+        merged.update(self._entries or {})
+        self._entries = merged
+        # (one string from the C encoder: ``json.dump`` to a file with ``indent`` encodes in
+        # Python, ~4 x slower)
+        text = json.dumps({"format": CACHE_FORMAT, "entries": merged}, sort_keys=True,
+                          separators=(",", ":"))
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".kernels.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        with open(self.journal, "w", encoding="utf-8"):
+            pass  # (emptied: its lines are in the snapshot now)
+        self._stale = False
+
+    def _warn(self, message: str) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"static_runtime: {message}", RuntimeWarning, stacklevel=3)
+
+
+_CACHES: dict[Path, DiskCache] = {}
+_CACHES_LOCK = threading.Lock()
+
+
+def disk_cache(path: Path | None = None) -> DiskCache:
+    """The process's one ``DiskCache`` for ``path`` (default: ``cache_path()``)."""
+    path = (path or cache_path()).absolute()
+    with _CACHES_LOCK:
+        cache = _CACHES.get(path)
+        if cache is None:
+            cache = _CACHES[path] = DiskCache(path)
+        return cache
