@@ -1,14 +1,15 @@
 """A small thread-safe cache of arena layouts, keyed by input signature.
 
 A service alternating between a few batch sizes plans once per size. Once the cache is full,
-a new signature is admitted only if it has come more often than the least recently used
-layout by more than one, which it then evicts (``admits``): the admission rule of TinyLFU (Einziger, Friedman
-and Manes, "TinyLFU: A Highly Efficient Cache Admission Policy", 2017) over an exact count
-per signature, halved every ``AGING`` × the cache's size counted events. With more sizes
-than the cache holds, an LRU that admits every size turns a layout over on every miss — each
-one objects the garbage collector promotes, and a full collection of the process every few
-thousand calls; counting keeps the sizes that come most and turns nothing over while the
-traffic's mix holds, and a size that grows frequent displaces one that no longer is.
+a new signature is admitted only if it has come at least two more times than the least
+recently used layout, which it then evicts (``admits``): the admission rule of TinyLFU
+(Einziger, Friedman and Manes, "TinyLFU: A Highly Efficient Cache Admission Policy", 2017)
+over an exact count per signature, halved every ``AGING`` × the cache's size counted events.
+With more sizes than the cache holds, an LRU that admits every size turns a layout over on
+every miss — each one objects the garbage collector promotes, and a full collection of the
+process every few thousand calls; counting keeps the sizes that come most and turns nothing
+over while the traffic's mix holds, and a size that grows frequent displaces one that no
+longer is.
 """
 
 from __future__ import annotations
@@ -78,11 +79,11 @@ class LayoutCache:
 
     def admits(self, key: Hashable) -> bool:
         """Counts one coming of ``key``, not in the cache; whether a layout of it should go
-        in: while there is room, always; once full, if it has come at least twice more
-        often than the least recently used layout, which ``put`` would evict (by one more:
-        with counts about equal — traffic of more sizes than the cache holds, each as
-        likely — a lead of one is chance, and admitting on it turned layouts over on
-        ~15 % of the misses of ``benchmarks/gc_pauses.py``'s recommender)."""
+        in: while there is room, always; once full, if it has come at least two more times
+        than the least recently used layout, which ``put`` would evict (not one: with
+        counts about equal — traffic of more sizes than the cache holds, each as likely —
+        a lead of one is chance, and admitting on it turned layouts over on ~15 % of the
+        misses of ``benchmarks/gc_pauses.py``'s recommender)."""
         with self._lock:
             n = self._count(key)
             if len(self._items) < self.maxsize:

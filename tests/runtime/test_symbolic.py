@@ -166,7 +166,7 @@ def _relu_gram_strided(x: Tensor) -> Tensor:
 def test_a_full_layout_cache_admits_a_size_once_it_comes_more_often(f):
     """While there is room a size is laid out on its first call; once the cache is full, a
     size the cache does not admit (it has not come more often than the layout it would
-    evict, by more than one) runs the program's allocating code and evicts nothing; once it
+    evict, by two or more) runs the program's allocating code and evicts nothing; once it
     has, it is laid out (evicting the least recently used). Every result eager's. (A
     program that folds nothing once made its builder fail: no code ahead for its layouts.)"""
     s = _script(f)

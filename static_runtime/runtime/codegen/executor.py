@@ -168,12 +168,12 @@ class CodegenExecutor(Interpreter):
 
     def _run_once(self, inputs: list[Any]) -> list[Any] | None:
         """While the layout cache is full: a call of a signature the cache does not admit
-        (``LayoutCache.admits``: it has not come more often, by more than one, than the
-        layout it would evict), if a shape program of its structure covers it, runs that program's
-        allocating code (``CodeCache.generic`` with ``kept=False``, made when the program
-        was), and the arena, the layouts, the current one and its bindings are left as they
-        are. None when this is not such a call: the caller prepares it as any other (an
-        admitted signature is laid out, evicting the least recently used).
+        (``LayoutCache.admits``: it has not come at least two more times than the layout
+        it would evict), if a shape program of its structure covers it, runs that
+        program's allocating code (``CodeCache.generic`` with ``kept=False``, made when the
+        program was), and the arena, the layouts, the current one and its bindings are left
+        as they are. None when this is not such a call: the caller prepares it as any other
+        (an admitted signature is laid out, evicting the least recently used).
 
         A layout made for a size that does not come back would evict one that does (more
         sizes than ``plan_cache_size`` — lengths times batch sizes, say), and every layout
