@@ -315,6 +315,24 @@ def test_a_choice_appends_a_line_and_the_journal_is_folded_into_the_snapshot(tmp
     assert set(_on_disk(path)) == {"a", "b", "c", "d", "e"}
 
 
+def test_a_fold_parses_the_file_again_only_if_another_process_replaced_it(tmp_path,
+                                                                          monkeypatch):
+    monkeypatch.setattr(kernel_cache, "COMPACT_BYTES", 0)  # (every write folds)
+    path = tmp_path / "kernels.json"
+    one, two = DiskCache(path), DiskCache(path)
+    one.put("a", {"choice": "aten", "us": {}})
+    two.get("x")  # (read now: the file as `one` left it)
+    parsed = []
+    read = DiskCache._read_snapshot
+    monkeypatch.setattr(DiskCache, "_read_snapshot",
+                        lambda self: parsed.append(self) or read(self))
+    one.put("b", {"choice": "aten", "us": {}})  # its own file: not parsed again
+    assert parsed == []
+    two.put("c", {"choice": "aten", "us": {}})  # `one` replaced it since: parsed
+    assert parsed == [two]
+    assert set(_on_disk(path)) == {"a", "b", "c"}
+
+
 def test_a_line_cut_short_is_skipped(tmp_path):
     path = tmp_path / "kernels.json"
     DiskCache(path).put("a", {"choice": "aten", "us": {}})
