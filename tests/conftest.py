@@ -36,8 +36,7 @@ def pytest_xdist_make_scheduler(config, log):
 def _background_builds_end_with_their_test():
     """What a test's modules build on background threads (shape programs, specialised code)
     finishes before the next test starts: one test's builds never run beside another's
-    work. (A shape program's fake-tensor run beside ``torch.export`` in another thread made
-    that export fail about once in 30 tries: README, "Traffic of every size".)"""
+    work."""
     yield
     from static_runtime.runtime.hot import wait_for_builds
 

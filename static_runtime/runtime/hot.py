@@ -136,7 +136,6 @@ class BackgroundBuilder:
                 self._pending.discard(key)
                 if self.urgent:
                     _URGENT.pop()
-            _WHILE_BUILDING.collect_if_idle()
 
     def wait(self) -> None:
         """Block until every build asked for so far has finished, and any build those asked
@@ -160,10 +159,7 @@ class _WhileBuilding:
       hundred thousand (expressions over symbolic sizes, fake tensors), which had the
       collector scan every object of the process every few hundred milliseconds — 80–140 ms
       each, holding the GIL, in the first second of a module called back to back. The young
-      generations are still collected (a build's garbage dies young). Once the last build
-      ends, if it held a full collection back, the builder collects the whole process
-      itself when no call runs for ``IDLE_S`` (the collection the builds' survivors would
-      start at the next request);
+      generations are still collected (a build's garbage dies young);
     * the interpreter's switch interval is ``SWITCH_S``, not 5 ms: where a build runs between
       two pause points, a call whose kernel released the GIL gets it back that much sooner
       (a slice of the build is spread over several calls' kernels, not one call's)."""
@@ -176,7 +172,6 @@ class _WhileBuilding:
         self._running = 0
         self._threshold: int | None = None
         self._interval: float | None = None
-        self.collection_due = False
 
     def __enter__(self) -> None:
         with self._lock:
@@ -192,7 +187,6 @@ class _WhileBuilding:
                     sys.setswitchinterval(self.SWITCH_S)
 
     def __exit__(self, *exc: object) -> None:
-        collect = False
         with self._lock:
             self._running -= 1
             if self._running:
@@ -201,44 +195,14 @@ class _WhileBuilding:
                 first, second, third = gc.get_threshold()
                 if third == self.DEFERRED:
                     gc.set_threshold(first, second, self._threshold)
-                    # (a full collection was held back: as many collections of the middle
-                    # generation as start one have run since the last)
-                    collect = gc.get_count()[2] >= self._threshold
                 self._threshold = None
             if self._interval is not None:
                 if sys.getswitchinterval() == self.SWITCH_S:
                     sys.setswitchinterval(self._interval)
                 self._interval = None
-        if collect:
-            self.collection_due = True
-
-    def collect_if_idle(self) -> None:
-        """After a build, outside ``STEPS``: if the last build to end held a full collection
-        back, the builds' survivors make the next young collection a full one (100–200 ms,
-        GIL held) — taken here, on the builder's thread, if no call runs for ``IDLE_S``,
-        rather than by the next request's allocations. (Not at a gap between two calls of a
-        busy process: a call would wait for all of it at once.)"""
-        if self.collection_due:
-            self.collection_due = False
-            if _idle(IDLE_S) and not self._running:
-                gc.collect()
 
 
 _WHILE_BUILDING = _WhileBuilding()
-
-#: how long no call may have run before the builder collects (``_WhileBuilding``)
-IDLE_S = 0.05
-
-
-def _idle(seconds: float) -> bool:
-    """Whether no call ran in the process during the next ``seconds`` (looked at every
-    ``POLL_S``, sleeping between: false as soon as one runs)."""
-    deadline = time.perf_counter() + seconds
-    while time.perf_counter() < deadline:
-        if CALLS:
-            return False
-        time.sleep(POLL_S)
-    return not CALLS
 
 
 def yield_to_requests() -> Callable[[], None]:

@@ -147,46 +147,6 @@ def test_settings_a_build_changes_come_back(monkeypatch):
     assert gc.get_threshold() == threshold and sys.getswitchinterval() == interval
 
 
-def _full_collections(builder_name: str, during_build) -> list[str]:
-    """The threads that ran a full collection while a build of ``builder_name`` ran
-    ``during_build`` and ended (the builder's own after it, or none)."""
-    threads: list[str] = []
-
-    def seen(phase, info):
-        if phase == "start" and info["generation"] == 2:
-            threads.append(threading.current_thread().name)
-
-    gc.callbacks.append(seen)
-    try:
-        builder = BackgroundBuilder(builder_name)
-        builder.submit("k", during_build)
-        builder.wait()
-    finally:
-        gc.callbacks.remove(seen)
-    return threads
-
-
-def test_the_builds_survivors_are_collected_by_the_builder_when_no_call_runs():
-    kept = []
-
-    def build():
-        kept.append([[i] for i in range(300_000)])  # (survivors, as a build's caches are)
-
-    threads = _full_collections("test-collects", build)
-    assert threads and all(t.startswith("test-collects") for t in threads)
-
-
-def test_the_builder_leaves_the_collection_to_later_while_a_call_runs():
-    def build():
-        hot.CALLS.append(None)  # a call starts, and runs past the build's end
-
-    try:
-        threads = _full_collections("test-leaves", build)
-    finally:
-        hot.CALLS.pop()
-    assert not any(t.startswith("test-leaves") for t in threads)
-
-
 def test_a_setting_the_process_changed_during_a_build_is_kept():
     threshold, interval = gc.get_threshold(), sys.getswitchinterval()
     try:
