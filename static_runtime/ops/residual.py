@@ -35,6 +35,7 @@ from static_runtime.ops.registry import (
     register_out_variant,
 )
 from static_runtime.ops.selection import constant_value
+from static_runtime.ops.strides import broadcasts_into
 
 
 def linear_residual_reference(input, weight, bias, residual, attr: str):
@@ -94,14 +95,6 @@ def _out_variant(node: Node):
     return fn, labelled("act(linear(x, W, b) + residual) by ATen operators, out=")(out_fn)
 
 
-def _broadcasts_into(residual: torch.Tensor, shape: tuple[int, ...]) -> bool:
-    """Whether ``residual`` broadcasts to ``shape`` without widening it."""
-    sizes = residual.shape
-    if len(sizes) > len(shape):
-        return False
-    return all(s == t or s == 1 for s, t in zip(reversed(sizes), reversed(shape)))
-
-
 @register_measured("static_runtime::linear_residual")
 def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
     """``(fn, out_fn)`` where ``default`` is the out variant's pair, else ``fn``."""
@@ -132,7 +125,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
 
     def decide(x, residual, key):
         shape = (*x.shape[:-1], n)
-        if not _broadcasts_into(residual, shape):
+        if not broadcasts_into(residual.shape, shape):
             return ckernels.remember(calls, key, None)
         rows = x.numel() // k
         found = ours(rows, shape, tuple(residual.shape) == shape)

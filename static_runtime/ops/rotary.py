@@ -34,7 +34,12 @@ from static_runtime.ops.registry import (
     register_measured,
     register_native,
 )
-from static_runtime.ops.strides import dense_strides, iterator_strides
+from static_runtime.ops.strides import (
+    broadcasts_into,
+    dense_strides,
+    is_dense,
+    iterator_strides,
+)
 
 _slice = torch.ops.aten.slice.Tensor
 
@@ -45,25 +50,6 @@ def rotary_reference(x, cos, sin, half, dim, cat_dim):
     return x * cos + rotated * sin
 
 
-def _broadcasts_into(t: torch.Tensor, shape) -> bool:
-    sizes = t.shape
-    return len(sizes) <= len(shape) and all(
-        s == 1 or s == n for s, n in zip(reversed(sizes), reversed(shape)))
-
-
-def _dense(x: torch.Tensor) -> bool:
-    """Whether ``x`` holds every element of a span once, in some order of its dimensions
-    (its strides, innermost first, are the products of the sizes inside; dimensions of one
-    element aside)."""
-    expected = 1
-    for i in sorted(range(x.dim()), key=x.stride):
-        if x.shape[i] != 1:
-            if x.stride(i) != expected:
-                return False
-            expected *= x.shape[i]
-    return True
-
-
 def rotary_shapes(x, cos, sin, half, dim, cat_dim):
     """``rotary_reference``'s result metadata, for shape programs: where ``x`` is dense
     (every element once, no gaps: a permutation of a row-major tensor) and ``cos`` and
@@ -71,8 +57,8 @@ def rotary_shapes(x, cos, sin, half, dim, cat_dim):
     product follows its first operand's order, and it decides the sum's; the rotated half is
     row-major); else the reference's (under a shape program it decomposes: ~9 ms a node)."""
     if cos.dtype == sin.dtype == x.dtype and x.is_floating_point() \
-            and _broadcasts_into(cos, x.shape) and _broadcasts_into(sin, x.shape) \
-            and _dense(x):
+            and broadcasts_into(cos.shape, x.shape) and broadcasts_into(sin.shape, x.shape) \
+            and is_dense(x.shape, x.stride()):
         return torch.empty_like(x)
     return rotary_reference(x, cos, sin, half, dim, cat_dim)
 

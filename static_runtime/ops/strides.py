@@ -1,6 +1,7 @@
 """Strides of dense tensors: laid out in a given order of dimensions, and as PyTorch's
 ``TensorIterator`` lays out the result of an elementwise operator (what a kernel of ours
-must give where it replaces one)."""
+must give where it replaces one); whether a layout is dense, whether sizes broadcast into a
+shape."""
 
 from __future__ import annotations
 
@@ -24,6 +25,20 @@ def _contiguous(shape, strides) -> bool:
                 return False
             expected *= n
     return True
+
+
+def is_dense(shape, strides) -> bool:
+    """Whether a tensor of ``shape`` and ``strides`` holds every element of its span once, in
+    some order of its dimensions (a permutation of a row-major tensor; dimensions of one
+    element aside)."""
+    order = sorted(range(len(shape)), key=lambda d: strides[d], reverse=True)
+    return _contiguous([shape[d] for d in order], [strides[d] for d in order])
+
+
+def broadcasts_into(sizes, shape) -> bool:
+    """Whether a tensor of ``sizes`` broadcasts to ``shape`` without widening it."""
+    return len(sizes) <= len(shape) and all(
+        s == 1 or s == n for s, n in zip(reversed(sizes), reversed(shape)))
 
 
 def _channels_last(shape, strides) -> bool:
