@@ -204,6 +204,28 @@ class _WhileBuilding:
 
 _WHILE_BUILDING = _WhileBuilding()
 
+#: modules a preparation must have imported for ``settle_imports`` to collect after it
+IMPORTS_WORTH_COLLECTING = 50
+
+
+def settle_imports(modules_before: int) -> bool:
+    """After preparing a module: if the preparation imported at least
+    ``IMPORTS_WORTH_COLLECTING`` modules (``len(sys.modules)`` was ``modules_before``), run
+    the cyclic collector's full collection now, on the thread preparing, and say so.
+
+    The first module a process prepares imports much of PyTorch that a plain ``import
+    torch`` does not (``torch._dynamo``, FX's symbolic shapes, sympy: ~780 modules, ~130 k
+    objects). Surviving the young collections, they make a full collection due — one that
+    scans every object of the process (~340 k: 180 ms, GIL held) — which Python then starts
+    at some later allocation: on a request, once the background builds end
+    (``benchmarks/gc_pauses.py``: one 190 ms call in 3,000). Collected here, it costs the
+    preparation that time once and the calls none; later modules import nothing and
+    collect nothing. Not if the process disabled the collector."""
+    if len(sys.modules) - modules_before < IMPORTS_WORTH_COLLECTING or not gc.isenabled():
+        return False
+    gc.collect()
+    return True
+
 
 def yield_to_requests() -> Callable[[], None]:
     """What a long build calls between steps: on a builder's thread, a pause that lets a

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import threading
 from collections import Counter
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ from static_runtime.runtime.binding import make_binder
 from static_runtime.runtime.checks import OutVariantChecks
 from static_runtime.runtime.codegen import CodeCache, CodegenExecutor
 from static_runtime.runtime.futures import check_launcher, using_launcher
-from static_runtime.runtime.hot import CALLS
+from static_runtime.runtime.hot import CALLS, settle_imports
 from static_runtime.runtime.interpreter import Interpreter, MemoryConfig
 from static_runtime.runtime.options import StaticModuleOptions
 from static_runtime.runtime.plan import Control, ExecutionPlan, build_plan, may_hold_list_or_dict
@@ -89,6 +90,7 @@ class StaticModule:
                  example_inputs: Any = None, *, dynamic_shapes: Any = None):
         if options is not None and not isinstance(options, StaticModuleOptions):
             raise TypeError(f"options must be StaticModuleOptions, got {type(options).__name__}")
+        modules_before = len(sys.modules)
         self.options = options or StaticModuleOptions()
         self.graph: Graph = prepare(model, self.options, example_inputs=example_inputs,
                                     dynamic_shapes=dynamic_shapes)
@@ -146,6 +148,9 @@ class StaticModule:
         if example_inputs is not None and self._memory is not None:
             args, kwargs = split_example(example_inputs)
             self.ahead_of_time_error = plan_ahead(self, self.binder.bind(args, kwargs))
+        # (the first module of a process imports much of PyTorch: the full collection that
+        # makes due runs here, not on a request)
+        settle_imports(modules_before)
 
     @classmethod
     def from_prepared(cls, graph: Graph, options: StaticModuleOptions | None = None,
