@@ -87,8 +87,7 @@ _CHILD = textwrap.dedent("""
 
 def test_a_fresh_process_collects_while_preparing_and_not_while_calling():
     out = subprocess.run([sys.executable, "-c", _CHILD], check=False, capture_output=True,
-                         text=True,
-                         cwd=ROOT, timeout=300)
+                         text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr
     imported, during_preparation, during_calls = json.loads(out.stdout.strip().splitlines()[-1])
     assert imported >= hot.IMPORTS_WORTH_COLLECTING
