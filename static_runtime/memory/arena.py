@@ -114,6 +114,34 @@ def observe(value: Any, inputs: Sequence[Any]) -> Observation | None:
                        None if row_major else tuple(value.stride()))
 
 
+def shared_unexpectedly(values: Sequence[Any], managed: Sequence[int],
+                        may_alias: Mapping[int, frozenset[int]]) -> set[int]:
+    """The managed slots whose tensor's storage another slot of ``values`` (a recording
+    call's values, every one still held) shares although ``may_alias[slot]`` — the slots the
+    alias analysis says may alias it — does not name it. The analysis follows operators'
+    schemas; an operator that hands back an input although its schema says its result is
+    fresh (``passes.alias.rules.RETURNS_INPUT`` lists those known) would have the planner
+    give the value's region to another while the alias is still read: such a value is kept
+    out of the arena instead (allocated each call). On a recording call only."""
+    owners: dict[int, list[int]] = {}
+    for s in managed:
+        t = values[s]
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided and not t.is_meta:
+            ptr = t.untyped_storage().data_ptr()
+            if ptr:
+                owners.setdefault(ptr, []).append(s)
+    flagged: set[int] = set()
+    if not owners:
+        return flagged
+    for u, x in enumerate(values):
+        if not isinstance(x, torch.Tensor) or x.layout != torch.strided or x.is_meta:
+            continue
+        for s in owners.get(x.untyped_storage().data_ptr(), ()):
+            if u != s and u not in may_alias.get(s, ()):
+                flagged.add(s)
+    return flagged
+
+
 def _aliases_any(t: torch.Tensor, others: Sequence[Any]) -> bool:
     if t.device.type == "meta":
         # No storage to compare: an op handing back its input is caught by identity.

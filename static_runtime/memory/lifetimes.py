@@ -25,7 +25,7 @@ per input signature, and their size can change between calls with the same signa
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -50,6 +50,10 @@ class Lifetimes:
     steps: int
     managed: tuple[Lifetime, ...]
     outputs: tuple[Value, ...] = ()
+    #: per managed value, every value the alias analysis says may alias it (itself
+    #: included): another value sharing its storage at run time is a fact the analysis
+    #: missed (``memory.arena.shared_unexpectedly``)
+    aliases: dict = field(default_factory=dict, compare=False)
 
     def by_value(self) -> dict[Value, Lifetime]:
         return {lt.value: lt for lt in self.managed}
@@ -116,7 +120,8 @@ def analyze(graph: Graph, is_out_variant: Callable[[Node], bool],
         start = steps[v.node]
         end = max(start, last_use_of_class.get(db.class_id(v), start))
         managed.append(Lifetime(v, start, end))
-    return Lifetimes(len(steps), tuple(managed), outputs)
+    aliases = {v: frozenset(db.alias_set(v)) | {v} for v in (*candidates, *outputs)}
+    return Lifetimes(len(steps), tuple(managed), outputs, aliases)
 
 
 def managed_outputs(graph: Graph, is_out_variant: Callable[[Node], bool], db: AliasDb,

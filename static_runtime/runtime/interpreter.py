@@ -24,6 +24,7 @@ from static_runtime.memory.arena import (
     materialize,
     observe,
     owning_view,
+    shared_unexpectedly,
 )
 from static_runtime.memory.cache import LayoutCache, signature, structure
 from static_runtime.memory.lifetimes import Lifetimes
@@ -77,6 +78,11 @@ class MemoryConfig:
     #: takes a second or so): laid out again by their structure's program on a later call,
     #: so that they run the code made for the program's layouts (``_relay``)
     unprogrammed: set = field(default_factory=set)
+    #: managed slot → the slots the alias analysis says may alias it (``Lifetimes.aliases``)
+    may_alias: dict = field(default_factory=dict)
+    #: managed slots a recording found sharing storage with a value the analysis did not
+    #: expect (``arena.shared_unexpectedly``): allocated each call, never in the arena
+    shared: set = field(default_factory=set)
 
 
 class Interpreter:
@@ -330,10 +336,11 @@ class Interpreter:
         ``checked``: the call checked the out variants of the nodes it ran (a real call)."""
         memory, values = self.memory, self.values
         refused = self._checks.refused_slots if self._checks is not None else frozenset()
+        memory.shared.update(shared_unexpectedly(values, self._managed, memory.may_alias))
         observed = {}
         for s in self._managed:
-            if s in refused:
-                continue  # runs functionally: allocated each call
+            if s in refused or s in memory.shared:
+                continue  # allocated each call
             obs = observe(values[s], inputs)
             if obs is not None:
                 observed[s] = obs

@@ -76,6 +76,13 @@ class PreparedGraph:
     origin: str
 
 
+def _slots_may_alias(lifetimes: Lifetimes, plan: ExecutionPlan) -> dict[int, frozenset[int]]:
+    """Managed slot → the slots of the values that may alias it (``Lifetimes.aliases``)."""
+    slot_of = plan.slot_of
+    return {slot_of[v]: frozenset(slot_of[w] for w in others if w in slot_of)
+            for v, others in lifetimes.aliases.items() if v in slot_of}
+
+
 class StaticModule:
     """A model prepared once for fast repeated inference.
 
@@ -127,7 +134,8 @@ class StaticModule:
             self.lifetimes, self.layouts, self.options.memory_planner,
             self.options.verify_memory_plans, self.out_variant_checks,
             programs=ShapePrograms() if self.options.shape_programs else None,
-            input_names=tuple(v.name for v in self.graph.inputs)) if manage else None
+            input_names=tuple(v.name for v in self.graph.inputs),
+            may_alias=_slots_may_alias(self.lifetimes, self.plan)) if manage else None
         if self._memory is not None and self._memory.programs is not None:
             self._memory.programs.on_ready = self._program_ready
         self.binder = make_binder(self.graph)
@@ -335,6 +343,11 @@ class StaticModule:
         if checks is not None and checks.refused:
             lines.append(f"out variants refused ({len(checks.refused)}), run functionally:")
             lines.extend(f"  {r}" for r in checks.refused.values())
+        if self._memory is not None and self._memory.shared:
+            names = {s: v.name for v, s in self.plan.slot_of.items()}
+            lines.append("kept out of the arena (their storage was shared by a value the alias "
+                         "analysis thought fresh): "
+                         + ", ".join(sorted(names.get(s, str(s)) for s in self._memory.shared)))
         return "\n".join(lines)
 
     def _refusal(self, pn):

@@ -22,7 +22,10 @@ as in Steensgaard's points-to analysis):
   holding it).
 * **Schemas decide** for nodes that have one: an output annotated with alias set ``a`` joins
   the inputs annotated with ``a``; ``Tensor(a!)`` marks the input as written (``writes``);
-  an unannotated tensor output is *fresh* (newly allocated); an unannotated container output
+  an unannotated tensor output is *fresh* (newly allocated) — unless the operator is one
+  known to hand an input back although its schema says otherwise (``rules.RETURNS_INPUT``:
+  ``type_as``, ``dropout`` in eval, ``atleast_2d``, ...), whose output joins its inputs as a
+  type variable's does; an unannotated container output
   is a fresh container whose contents may be any input's contents, or any input that fits
   its element type (``aten::list``, ``split``); an unannotated output whose declared type is
   a type variable (``t``) joins the inputs and their contents; an unannotated output of a
@@ -65,7 +68,7 @@ from static_runtime.passes.alias.families import (
     is_mutable,
     shallow_families,
 )
-from static_runtime.passes.alias.rules import PRIM_RULES, Rule
+from static_runtime.passes.alias.rules import PRIM_RULES, RETURNS_INPUT, Rule
 
 
 @dataclass(frozen=True)
@@ -294,8 +297,9 @@ class AliasClasses:
             if is_container_type(o.type) and not _declared_type_has_var(r.type) \
                     or isinstance(o.type, (T.ListType, T.DictType, T.TupleType)):
                 self._fresh_container(o, mutable_in)
-            elif _declared_type_has_var(r.type):
-                # A bare type variable: the output may be an input, or held by one.
+            elif _declared_type_has_var(r.type) or info.qualified in RETURNS_INPUT:
+                # A bare type variable, or an operator known to hand an input back despite
+                # its schema: the output may be an input, or held by one.
                 for v in mutable_in:
                     self._union(o, v)
                     if is_container_type(v.type):

@@ -52,3 +52,25 @@ PRIM_RULES: dict[str, Rule] = {
     "static_runtime::fused_region": Rule.FRESH,
 }
 
+
+
+#: Operators whose schema declares a fresh tensor result, yet which return an input (or a view
+#: of one) in some cases: ``type_as`` of a tensor already of that type, ``dropout`` with
+#: ``train=False``, ``atleast_2d`` of a matrix,
+#: ``einsum("ij->ji", [x])``, ``cartesian_prod`` of one tensor, ``_unsafe_view``... Each was
+#: found returning its input's storage by calling it (``tests/passes/test_alias_facts.py``
+#: calls every one). Their result is taken to be any of their tensor inputs, or anything in
+#: their list inputs — as a schema ``Tensor(a) self -> Tensor(a)`` would say. Trusting the
+#: schema, the memory planner let a value's region be reused while its alias was still read
+#: (a Gemma-style RMSNorm ends with ``type_as``: the next GEMM wrote over its own input).
+#: (Results that are lists already may hold any input list's tensors: the schema rule.)
+RETURNS_INPUT: frozenset[str] = frozenset({
+    "aten::type_as", "aten::to_dense", "aten::dequantize.self",
+    "aten::lift", "aten::data", "aten::_unsafe_view", "aten::sum_to_size",
+    "aten::dropout", "aten::feature_dropout", "aten::alpha_dropout",
+    "aten::feature_alpha_dropout", "aten::atleast_1d", "aten::atleast_2d", "aten::atleast_3d",
+    "aten::conj_physical", "aten::cartesian_prod", "aten::flatten_dense_tensors",
+    "aten::einsum",
+    "aten::_cast_Byte", "aten::_cast_Char", "aten::_cast_Double", "aten::_cast_Float",
+    "aten::_cast_Int", "aten::_cast_Long", "aten::_cast_Short", "aten::_cast_Half",
+})
