@@ -147,23 +147,29 @@ def _rank_test(graph: Graph, x: Value, compare: str, rank: int, before: Node
 
 def _check_batched(graph: Graph, conv: Node, rank: int, bn: Node) -> None:
     """Before ``conv``: raise unless its input has the weight's rank (a batch)."""
-    dim, wrong = _rank_test(graph, conv.inputs[0], "ne", rank, conv)
-    check = graph.create("prim::If", [wrong])
-    check.source = bn.source
-    check.insert_before(conv)
-    raising = check.add_block()
-    check.add_block()  # a batch: nothing to do
     message = (f"static_runtime folded the batch norm{_at(bn)} into the convolution before it, "
                f"which is exact for an input of rank {rank} (a batch); this input has rank "
                "{}. Build the StaticModule with StaticModuleOptions(fold_batchnorm=False) to "
                "run unbatched inputs.")
+    check_rank(graph, conv, rank, message, "builtins.ValueError", bn.source)
+
+
+def check_rank(graph: Graph, node: Node, rank: int, message: str, exception: str,
+               source: str | None) -> None:
+    """Before ``node``: raise ``exception`` (``builtins.ValueError``) with ``message`` (its
+    ``{}`` the input's rank) unless ``node``'s first input has rank ``rank``."""
+    dim, wrong = _rank_test(graph, node.inputs[0], "ne", rank, node)
+    check = graph.create("prim::If", [wrong])
+    check.source = source
+    check.insert_before(node)
+    raising = check.add_block()
+    check.add_block()  # the rank asked for: nothing to do
     text = graph.create("aten::format", [graph.constant(message, T.Str, before=check), dim],
                         output_types=[T.Str])
     text.schema = _FORMAT
     raising.append(text)
     raise_ = graph.create("prim::RaiseException",
-                          [text.output, graph.constant("builtins.ValueError", T.Str,
-                                                       before=check)])
+                          [text.output, graph.constant(exception, T.Str, before=check)])
     raise_.schema = str(torch.ops.prim.RaiseException.default._schema)
     raising.append(raise_)
 

@@ -10,6 +10,7 @@ from static_runtime.passes.alpha import specialize_alpha
 from static_runtime.passes.causal import causal_conv1d
 from static_runtime.passes.conditions import fuse_scalar_compare
 from static_runtime.passes.constant_propagation import NodeEvaluator, constant_propagation
+from static_runtime.passes.convolutions import plain_convolutions
 from static_runtime.passes.counters import scalarize_loop_counters
 from static_runtime.passes.dead_code import eliminate_dead_code
 from static_runtime.passes.embeddings import batch_embeddings
@@ -58,6 +59,7 @@ def passes(evaluate: NodeEvaluator, measured_kernels: bool = False
         "fuse_transformer_encoder": fuse_transformer_encoder,
         "scalarize_loop_counters": scalarize_loop_counters,
         "fuse_scalar_compare": fuse_scalar_compare,
+        "plain_convolutions": plain_convolutions,
         "fold_batchnorm": fold_batchnorm,
         "fuse_gated_linear": fuse_gated_linear,
         "fuse_linear_residual": fuse_linear_residual,

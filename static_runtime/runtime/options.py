@@ -51,6 +51,10 @@ class StaticModuleOptions:
     #: (a recommender's sparse features: ``nn.Embedding``, or ``nn.EmbeddingBag`` of a 2-D
     #: input) → one lookup in the tables laid end to end (``passes/embeddings.py``)
     batch_embeddings: bool = True
+    #: ``aten::_convolution``/``convolution`` as a trace records a convolution (not transposed,
+    #: constant weight) → ``conv1d``/``conv2d``/``conv3d``, which the passes below fold and fuse
+    #: (``passes/convolutions.py``)
+    plain_convolutions: bool = True
     #: batch_norm (inference) after a convolution with constant weights → folded into them
     fold_batchnorm: bool = True
     #: sibling linears on one input (attention's Q/K/V, a gated MLP's gate and up) with
