@@ -96,10 +96,12 @@ class _Kernel:
 
     def direct_for(self, q, k, v, mask, factor: float, out_shape, out_strides):
         """Our kernel for tensors laid out as these, unchecked; None where it does not take
-        them. ``k`` is (B, Hk, Lk, D): the key, not its transpose."""
+        them. ``k`` is (B, Hk, Lk, D): the key, not its transpose. One key/value head
+        (multi-query attention) broadcasts over the query heads as grouped-query attention with
+        one group does, whether or not ``enable_gqa`` says so."""
         (B, H, Lq, D), (kb_, Hk, Lk, Dk), (vb_, Hv, Lv, Dv) = q.shape, k.shape, v.shape
         if not (kb_ == vb_ == B and Dk == D and Lv == Lk and Hv == Hk and Hk > 0
-                and H % Hk == 0 and (Hk == H or self.gqa) and 0 < D <= MAX_HEAD
+                and H % Hk == 0 and (Hk == H or Hk == 1 or self.gqa) and 0 < D <= MAX_HEAD
                 and 0 < Dv <= MAX_HEAD and Lq > 0 and Lk > 0 and B > 0
                 and q.stride(3) == k.stride(3) == v.stride(3) == 1
                 and tuple(out_shape) == (B, H, Lq, Dv) and out_strides[3] == 1):

@@ -253,3 +253,30 @@ def test_fused_attention_nodes_forced_native(kind, forced):
     assert ("static_runtime::attention" in kinds) or ("static_runtime::masked_attention"
                                                       in kinds), kinds
     assert ": native (forced)" in mod.describe()
+
+
+def test_one_key_value_head_broadcasts_without_enable_gqa(forced):
+    # Multi-query attention as Falcon calls it: one key/value head, ``enable_gqa`` left off —
+    # PyTorch broadcasts it over the query heads; ours takes it as one group of all heads.
+    forced("native")
+    fn = _masked_sdpa()
+    mod = sr.StaticModule(fn, MEASURE)
+    g = torch.Generator().manual_seed(11)
+    for b, h, length in ((1, 4, 12), (2, 4, 20), (1, 4, 12)):
+        q = torch.randn(b, h, length, 16, generator=g)
+        k, v = (torch.randn(b, 1, length, 16, generator=g) for _ in range(2))
+        m = torch.rand(b, 1, length, length, generator=g) > 0.3
+        m[..., 0] = True
+        before = [t.clone() for t in (q, k, v, m)]
+        want = F.scaled_dot_product_attention(q, k, v, m)
+        for _ in range(2):
+            torch.testing.assert_close(mod(q, k, v, m), want, rtol=1e-5, atol=1e-5)
+        for x, y in zip((q, k, v, m), before):
+            assert torch.equal(x, y)
+    assert ": native (forced)" in mod.describe()
+    # two key/value heads for four query heads do not broadcast: PyTorch's error, as eager
+    q, k = torch.randn(1, 4, 6, 16), torch.randn(1, 2, 6, 16)
+    with pytest.raises(RuntimeError):
+        F.scaled_dot_product_attention(q, k, k, None)
+    with pytest.raises(RuntimeError):
+        mod(q, k, k, torch.ones(6, 6, dtype=torch.bool))
