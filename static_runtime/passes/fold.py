@@ -5,7 +5,10 @@ part of its weights.
 with ``s = γ / sqrt(σ² + eps)``, ``W' = W · s`` (per output channel) and
 ``b' = (b − μ) · s + β``; the same holds for ``linear`` when the batch norm's channel
 dimension (dim 1) is the linear layer's output features (its last dimension), which is so
-exactly when the input has rank 2. This pass does the folding itself for every frontend:
+exactly when the input has rank 2 — or when the product is made a matrix of its features
+first, ``flatten(0, e)`` of a rank ``e + 2`` product or ``reshape``/``view`` to ``(-1, N)``
+(LeViT's linear + BN: ``bn(h.flatten(0, 1)).reshape_as(h)``; what reads only the product's
+shape, ``reshape_as``'s ``other``, then reads the folded product's). This pass does the folding itself for every frontend:
 the TorchScript frontend freezes with ``optimize_numerics=False``, because freezing's own
 folds rewrite the weights of a layer whose result has other uses too (``h = fc(x);
 h + fc2(bn(h))`` then adds the *normalised* ``h``: a wrong answer).
@@ -41,6 +44,11 @@ _CONVS = {str(op._schema) for op in (
     torch.ops.aten.conv1d.default, torch.ops.aten.conv2d.default, torch.ops.aten.conv3d.default,
     torch.ops.aten.convolution.default)}
 _LINEAR = str(torch.ops.aten.linear.default._schema)
+_FLATTEN = str(torch.ops.aten.flatten.using_ints._schema)
+_RESHAPES = (str(torch.ops.aten.reshape.default._schema), str(torch.ops.aten.view.default._schema))
+_SHAPE_OF_OTHER = frozenset(str(op._schema) for op in (
+    torch.ops.aten.reshape_as.default, torch.ops.aten.view_as.default,
+    torch.ops.aten.expand_as.default))
 _BATCH_NORM = str(torch.ops.aten.batch_norm.default._schema)
 _BATCH_NORM_EXPORT = str(torch.ops.aten._native_batch_norm_legit_no_training.default._schema)
 _DIM = str(torch.ops.aten.dim.default._schema)
@@ -76,6 +84,13 @@ def _constants(node: Node, indices) -> list | None:
     return values
 
 
+def _reads_shape(use) -> bool:
+    """A use that reads only the value's metadata (``dim``, ``size``, ...; the ``other`` of
+    ``reshape_as``/``view_as``/``expand_as``, whose size it takes)."""
+    return use.user.schema in METADATA_READS or (use.user.schema in _SHAPE_OF_OTHER
+                                                 and use.index == 1)
+
+
 def _only_value_use(y: Value, bn: Node) -> bool:
     """``bn`` is the one use of ``y`` that reads its values."""
     return all(u.user is bn or u.user.schema in METADATA_READS for u in y.uses) \
@@ -99,6 +114,13 @@ def _fold(graph: Graph, bn: Node) -> bool:
         gamma, beta, mean, var, eps = params
     y = bn.inputs[0]
     layer = y.node
+    between = None
+    if layer.schema in (_FLATTEN, *_RESHAPES) and layer.inputs[0].node.schema == _LINEAR:
+        # a product flattened to a matrix of its features first (LeViT's linear + BN)
+        between, layer = layer, layer.inputs[0].node
+        if between.owning_block is not bn.owning_block or not all(
+                u.user is between or _reads_shape(u) for u in layer.output.uses):
+            return False
     if layer.schema not in _CONVS and layer.schema != _LINEAR:
         return False
     if layer.owning_block is not bn.owning_block or not _only_value_use(y, bn):
@@ -112,7 +134,10 @@ def _fold(graph: Graph, bn: Node) -> bool:
     if folded is None:
         return False
     if layer.schema == _LINEAR:
-        return _fold_linear(graph, layer, bn, *folded)
+        if between is None:
+            return _fold_linear(graph, layer, bn, *folded)
+        rank = _to_features(between, layer, weight.shape[0])
+        return rank is not None and _fold_linear(graph, layer, bn, *folded, between, rank)
     new_weight = graph.constant(folded[0], T.Tensor, before=layer)
     new_bias = graph.constant(folded[1], T.Tensor, before=layer)
     layer.replace_input(1, new_weight)
@@ -179,34 +204,88 @@ def _at(node: Node) -> str:
 
 
 def _fold_linear(graph: Graph, linear: Node, bn: Node, weight: torch.Tensor,
-                 bias: torch.Tensor) -> bool:
-    """``bn(linear(x, W, b))`` → ``linear(x, W', b') if x.dim() == 2 else bn(linear(x, W, b))``."""
+                 bias: torch.Tensor, between: Node | None = None, rank: int = 2) -> bool:
+    """``bn(linear(x, W, b))`` → ``linear(x, W', b') if x.dim() == 2 else bn(linear(x, W, b))``;
+    with ``between`` (a flatten or reshape of the product to a matrix of its features:
+    ``_to_features``), ``bn(between(linear(x, W, b)))`` → ``between(linear(x, W', b'))`` where
+    ``x.dim() == rank`` (any rank: ``rank`` 0), else as it was."""
     if weight.dim() != 2 or any(not v.node.is_before(linear) for v in bn.inputs[1:]):
         return False
-    x, y = linear.inputs[0], linear.output
-    _, is_matrix = _rank_test(graph, x, "eq", 2, linear)
-    branch = graph.create("prim::If", [is_matrix], output_types=[bn.outputs[0].type])
+    x, y = linear.inputs[0], (between or linear).output
+    new_weight = graph.constant(weight, T.Tensor, before=linear)
+    new_bias = graph.constant(bias, T.Tensor, before=linear)
+    folded = graph.create("aten::linear", [x, new_weight, new_bias],
+                          output_types=[linear.output.type])
+    folded.schema, folded.source = linear.schema, linear.source
+    made = [folded]
+    if between is not None:
+        again = graph.create(between.kind, [folded.output, *between.inputs[1:]],
+                             output_types=[y.type])
+        again.schema, again.source = between.schema, between.source
+        made.append(again)
+    name = bn.outputs[0].name
+    # what reads the product's shape alone (``reshape_as(h, product)``), with ``between``
+    shape_reads = [u for u in linear.output.uses if u.user is not between] if between else []
+    if rank == 0:  # (a reshape to (-1, N): a matrix of the features whatever the rank)
+        for node in made:
+            node.insert_before(linear)
+        result = made[-1].output
+        bn.outputs[0].replace_all_uses_with(result)
+        for use in list(y.uses):
+            if use.user is not bn:
+                use.user.replace_input(use.index, result)
+        for use in shape_reads:
+            use.user.replace_input(use.index, folded.output)
+        bn.destroy()
+        if between is not None:
+            between.destroy()
+        linear.destroy()
+        result.set_name(name)
+        return True
+    _, is_matrix = _rank_test(graph, x, "eq", rank, linear)
+    types = [bn.outputs[0].type] + ([linear.output.type] if shape_reads else [])
+    branch = graph.create("prim::If", [is_matrix], output_types=types)
     branch.source = linear.source
     branch.insert_before(linear)
     folded_block, as_was = branch.add_block(), branch.add_block()
-    new_weight = graph.constant(weight, T.Tensor, before=branch)
-    new_bias = graph.constant(bias, T.Tensor, before=branch)
-    folded = graph.create("aten::linear", [x, new_weight, new_bias],
-                          output_types=[y.type])
-    folded.schema, folded.source = linear.schema, linear.source
-    folded_block.append(folded)
-    folded_block.add_output(folded.output)
-    result = branch.output
+    for node in made:
+        folded_block.append(node)
+    folded_block.add_output(made[-1].output)
+    result = branch.outputs[0]
     for use in list(y.uses):  # metadata reads: a batch norm keeps what they read
         if use.user is not bn:
             use.user.replace_input(use.index, result)
-    name = bn.outputs[0].name
+    for use in shape_reads:
+        use.user.replace_input(use.index, branch.outputs[1])
     bn.outputs[0].replace_all_uses_with(result)
     as_was.append(linear)
+    if between is not None:
+        as_was.append(between)
     as_was.append(bn)
     as_was.add_output(bn.outputs[0])
+    if shape_reads:
+        folded_block.add_output(folded.output)
+        as_was.add_output(linear.output)
     result.set_name(name)
     return True
+
+
+def _to_features(node: Node, linear: Node, features: int) -> int | None:
+    """If ``node`` makes a matrix of ``linear``'s result whose columns are its ``features``
+    (the batch norm's channels then are the product's features): the input rank at which it
+    does — ``flatten(y, 0, e)`` of a rank ``e + 2`` result — or 0 for ``reshape``/``view``
+    to ``(-1, features)`` (any rank); else None."""
+    if node.schema == _FLATTEN:
+        known_s, start = constant_value(node.inputs[1])
+        known_e, end = constant_value(node.inputs[2])
+        if known_s and known_e and start == 0 and type(end) is int and end >= 0:
+            return end + 2
+        return None
+    if node.schema in _RESHAPES:
+        known, shape = constant_value(node.inputs[1])
+        if known and isinstance(shape, (list, tuple)) and list(shape) == [-1, features]:
+            return 0
+    return None
 
 
 def _folded(weight, bias, gamma, beta, mean, var, eps):

@@ -255,3 +255,43 @@ def test_chain_folds_every_batch_norm_and_equals_eager():
         x = torch.randn(rows, 16, generator=g)
         for _ in range(2):
             torch.testing.assert_close(mod(x), model(x))
+
+
+class LinearFlattenBN(torch.nn.Module):
+    """LeViT's ``MLPLayerWithBN``: a linear layer over (B, N, C) tokens whose batch norm
+    (over the features) sees them flattened to a matrix, then shaped back as the product
+    (``reshape_as``); ``form`` "reshape" flattens by ``reshape(-1, C)`` instead, "residual"
+    adds the product to the result (a second use: not folded)."""
+
+    def __init__(self, form: str):
+        super().__init__()
+        self.form = form
+        self.fc = torch.nn.Linear(6, 8)
+        self.bn = torch.nn.BatchNorm1d(8)
+        _stats(self.bn, 7)
+
+    def forward(self, x):
+        h = self.fc(x)
+        if self.form == "reshape":
+            return self.bn(h.reshape(-1, 8)).reshape_as(h)
+        y = self.bn(h.flatten(0, 1)).reshape_as(h)
+        return y + h if self.form == "residual" else y
+
+
+@pytest.mark.parametrize("form", ["flatten", "reshape", "residual"])
+def test_linear_flattened_to_its_features_is_folded(form):
+    model = torch.jit.script(LinearFlattenBN(form).eval())
+    graph = sr.prepare(model, sr.StaticModuleOptions(fuse_linear_pointwise=False))
+    folded = [n.kind for n in graph.walk()]
+    if form == "residual":
+        assert "aten::batch_norm" in folded
+    elif form == "reshape":  # any rank: no rank check of ours, no batch norm left
+        assert "aten::batch_norm" not in folded
+        assert not any(n.kind == "prim::If" and any(m.kind == "aten::linear"
+                                                    for b in n.blocks for m in b.nodes)
+                       for n in graph.walk())
+    else:  # a rank-3 input takes the folded product; others run it as it was
+        branch = next(n for n in graph.walk() if n.kind == "prim::If"
+                      and any(m.kind == "aten::batch_norm" for m in n.blocks[1].nodes))
+        assert "aten::batch_norm" not in [n.kind for n in branch.blocks[0].nodes]
+    check(model, [images(2, 5, 6)], [images(3, 7, 6)])
