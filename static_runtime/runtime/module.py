@@ -507,8 +507,9 @@ def _output_unflattener(graph: Graph):
     if not isinstance(sig, ExportSignature) or sig.out_is_leaf:
         return None
     spec = sig.out_spec
-    if spec.type in (tuple, list) and all(c.is_leaf() for c in spec.children_specs) \
-            and len(spec.children_specs) == spec.num_leaves:
+    children = spec.children()
+    if spec.type in (tuple, list) and all(c.is_leaf() for c in children) \
+            and len(children) == spec.num_leaves:
         # a flat tuple or list (most programs'): built directly — pytree's unflatten costs
         # ~1 µs a call (``two_tower`` from export 1.05 × its traced module's time for it)
         return tuple if spec.type is tuple else list

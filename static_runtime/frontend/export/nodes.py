@@ -4,6 +4,7 @@ with their full schemas, symbolic scalar arithmetic as TorchScript's scalar oper
 
 from __future__ import annotations
 
+import math
 import operator
 import os
 import re
@@ -20,15 +21,25 @@ from static_runtime.ir.graph import MASK_WIDENS_NOTHING_META, Block, Value
 if TYPE_CHECKING:
     from static_runtime.frontend.export.importer import Importer
 
-#: Python operators on symbolic scalars → the ATen scalar operator of the same meaning
-#: (``aten::<name>.<int|float|int_float|float_int>``); truediv always gives a float.
+#: Python operators on symbolic scalars → the TorchScript scalar operator of the same meaning
+#: (``aten::<name>.<int|float|bool|int_float|float_int>``, or ``prim::`` where so marked);
+#: truediv always gives a float. ``torch.sym_min``/``sym_max`` are what ``min``/``max`` of sizes
+#: become under export (SEW's ``min(length, ...)``).
 _SYM_BINARY = {
     operator.add: "add", operator.sub: "sub", operator.mul: "mul",
     operator.floordiv: "floordiv", operator.mod: "remainder", operator.truediv: "div",
     operator.pow: "pow", operator.eq: "eq", operator.ne: "ne", operator.lt: "lt",
     operator.le: "le", operator.gt: "gt", operator.ge: "ge",
+    operator.and_: "__and__", operator.or_: "__or__", operator.xor: "__xor__",
+    torch.sym_min: "prim::min", torch.sym_max: "prim::max",
 }
-_SYM_UNARY = {operator.neg: "neg"}
+_SYM_UNARY = {
+    operator.neg: "neg", operator.abs: "prim::abs", torch.sym_not: "__not__",
+    math.floor: "floor", math.ceil: "ceil", math.sqrt: "sqrt", torch._sym_sqrt: "sqrt",
+    math.trunc: "Int", torch.sym_int: "Int", torch.sym_float: "Float",
+}
+#: unary conversions that are the identity on a value of their result's kind
+_SYM_CONVERSIONS = {math.trunc: T.Int, torch.sym_int: T.Int, torch.sym_float: T.Float}
 
 _SDPA = torch.ops.aten.scaled_dot_product_attention.default
 
@@ -268,13 +279,18 @@ class ImportBlock:
     def sym_op(self, n: torch.fx.Node) -> None:
         """Python arithmetic on symbolic scalars: the TorchScript scalar operator."""
         args = [self.value(a) for a in n.args]
+        if _SYM_CONVERSIONS.get(n.target) == args[0].type:
+            self.env[n] = args[0]  # (int() of an int, float() of a float)
+            return
         table = _SYM_BINARY if n.target in _SYM_BINARY else _SYM_UNARY
-        name = table[n.target]
-        kinds = ["float" if a.type == T.Float else "int" for a in args]
+        namespace, _, name = table[n.target].rpartition("::")
+        kinds = [{T.Float: "float", T.Bool: "bool"}.get(a.type, "int") for a in args]
         overload = kinds[0] if len(set(kinds)) == 1 else "_".join(kinds)
-        packet = getattr(torch.ops.aten, name)
+        packet = getattr(getattr(torch.ops, namespace or "aten"), name)
+        if overload not in packet.overloads() and "default" in packet.overloads():
+            overload = "default"  # (``aten::__not__(bool self)``)
         if overload not in packet.overloads():
-            raise FrontendError(f"no aten::{name}.{overload} for {n.name!r} "
+            raise FrontendError(f"no {namespace or 'aten'}::{name}.{overload} for {n.name!r} "
                                 f"({source_of(n) or 'no source'})")
         op = getattr(packet, overload)
         node = self.graph.create(op._schema.name, args,

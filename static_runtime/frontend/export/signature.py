@@ -82,14 +82,28 @@ def _path_str(path) -> str:
 def input_guard(path: str, val: Any) -> InputGuard:
     """What the program assumed of the user input at ``path``, traced as ``val``."""
     if isinstance(val, torch.Tensor):
-        dims = tuple(int(d) if isinstance(d, int) else str(d.node.expr) if _is_symbol(d)
-                     else "?" for d in val.shape)
-        return InputGuard(path, True, dims)
+        return InputGuard(path, True, tuple(_dim(d) for d in val.shape))
     if isinstance(val, torch.SymInt) and _is_symbol(val):
         return InputGuard(path, False, symbol=str(val.node.expr))
+    if isinstance(val, torch.SymInt) and isinstance(_dim(val), int):
+        return InputGuard(path, False, value=_dim(val), specialised=True)
     if isinstance(val, (bool, int, float, str)) or val is None:
         return InputGuard(path, False, value=val, specialised=True)
     return InputGuard(path, False)
+
+
+def _dim(d: Any) -> int | str:
+    """A traced size: its int, its symbol's name, or ``"?"`` (an expression of symbols,
+    not checked). A size ``Dim.AUTO`` left a symbolic int that export then specialised (a
+    model whose code fixes it: Funnel's pooling fixed its length) is a number: checked."""
+    if isinstance(d, int):
+        return d
+    if _is_symbol(d):
+        return str(d.node.expr)
+    expr = getattr(getattr(d, "node", None), "expr", None)
+    if getattr(expr, "is_number", False) and getattr(expr, "is_integer", False):
+        return int(expr)
+    return "?"
 
 
 def _is_symbol(d: Any) -> bool:

@@ -86,3 +86,23 @@ def test_unsupported_higher_order_op_is_named():
 
     with pytest.raises(sr.FrontendError, match="higher-order operator scan"):
         sr.StaticModule(Scan(), example_inputs=(torch.randn(4, 3),))
+
+
+class SymbolicScalars(torch.nn.Module):
+    """``torch.sym_min``/``sym_max`` of sizes (what ``min``/``max`` of sizes become under
+    export: SEW's), ``torch.sym_float`` and the bitwise/boolean operators on them."""
+
+    def forward(self, x):
+        n = torch.sym_min(x.shape[1], 8)
+        m = torch.sym_max(x.shape[1] // 2, 3)
+        scale = torch.sym_float(n) / 2
+        return x * n + m, torch.zeros(n + m), x * scale
+
+
+def test_symbolic_min_max_and_conversions_map():
+    x = torch.randn(2, 10)
+    ep = torch.export.export(SymbolicScalars(), (x,), dynamic_shapes=({1: Dim.AUTO},))
+    targets = {n.target for n in ep.graph.nodes if n.op == "call_function"}
+    assert torch.sym_min in targets and torch.sym_max in targets
+    check_eager(lambda opts: sr.StaticModule(ep, options=opts), SymbolicScalars(),
+                [(x,), (torch.randn(2, 5),), (torch.randn(2, 21),)])

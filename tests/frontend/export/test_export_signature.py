@@ -85,3 +85,19 @@ def test_symbolic_int_input_and_specialised_int():
 
 
 # --------------------------------------------------------------------------- refusals
+
+
+def test_a_size_export_specialised_under_dim_auto_is_checked():
+    # Dim.AUTO on a size the model's code fixes (Funnel's pooling fixed its length): export
+    # keeps a symbolic int there whose value is a number; a call of another size is refused
+    # as torch.export's own module refuses it, not left to fail inside the model.
+    class Fixed(torch.nn.Module):
+        def forward(self, x):
+            return x.reshape(x.shape[0], 3, 4) * 2
+
+    x = torch.randn(2, 12)
+    ep = torch.export.export(Fixed(), (x,), dynamic_shapes=({0: Dim.AUTO, 1: Dim.AUTO},))
+    mod = sr.StaticModule(ep)
+    torch.testing.assert_close(mod(torch.ones(5, 12)), torch.full((5, 3, 4), 2.0))
+    with pytest.raises(sr.ArgumentError, match=r"shape \(s\d+, 12\), got shape \(5, 20\)"):
+        mod(torch.ones(5, 20))
