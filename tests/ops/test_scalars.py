@@ -472,3 +472,17 @@ def test_optional_default_none_via_kwargs():
     check(f, [r(3)], [r(2)])
     check(f, [r(3)], [r(2)], kwargs={"k": 3})
     check(f, [r(3)], [r(3)], kwargs={"bias": torch.ones(3), "k": -1})
+
+
+def test_integer_power_to_an_integer_is_an_int_in_int64():
+    # aten::pow.int_to_int (what an exported size squared becomes): an int — PyTorch's
+    # Python binding of it hands back a float — wrapping as int64 arithmetic does; a
+    # negative exponent raises as TorchScript's does.
+    from static_runtime.ops.native.scalars import _int_pow
+
+    assert _int_pow(5, 2) == 25 and type(_int_pow(5, 2)) is int
+    assert _int_pow(-3, 3) == -27 and _int_pow(7, 0) == 1
+    assert _int_pow(2, 63) == -(2 ** 63) and _int_pow(3, 1000) == (
+        (3 ** 1000 + 2 ** 63) % 2 ** 64 - 2 ** 63)
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        _int_pow(2, -1)

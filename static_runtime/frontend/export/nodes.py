@@ -287,6 +287,9 @@ class ImportBlock:
         kinds = [{T.Float: "float", T.Bool: "bool"}.get(a.type, "int") for a in args]
         overload = kinds[0] if len(set(kinds)) == 1 else "_".join(kinds)
         packet = getattr(getattr(torch.ops, namespace or "aten"), name)
+        if name == "pow" and overload == "int" and isinstance(n.meta.get("val"),
+                                                              (int, torch.SymInt)):
+            overload = "int_to_int"  # (a size squared is an int; ``pow.int`` gives a float)
         if overload not in packet.overloads() and "default" in packet.overloads():
             overload = "default"  # (``aten::__not__(bool self)``)
         if overload not in packet.overloads():

@@ -77,6 +77,13 @@ def _c_pow(a, b) -> float:
         return -math.inf if a < 0 and odd else math.inf
 
 
+def _int_pow(a: int, b: int) -> int:
+    if b < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    r = pow(a, b, 1 << 64)  # (int64 arithmetic: a ** b wraps, and costs no huge int)
+    return r - (1 << 64) if r >= 1 << 63 else r
+
+
 def _int_floordiv(a: int, b: int) -> int:
     if b == 0:
         raise ZeroDivisionError("division by 0")
@@ -169,7 +176,9 @@ def _binary_factory(kind: str, other: Callable[[Node], Callable | None] | None =
         if info is None:
             return other(node) if other is not None else None
         if info.overload == "int_to_int":
-            return None  # aten::pow.int_to_int: PyTorch's own, through the fallback
+            # aten::pow.int_to_int: an int (PyTorch's Python binding of it hands back a float,
+            # which a size list then refuses: a DINOv2 export's ``(side // 8) ** 2``)
+            return _int_pow
         return _with_result_type(info, _semantics(info, int_fn, float_fn), 2)
 
     return factory

@@ -90,13 +90,14 @@ def test_unsupported_higher_order_op_is_named():
 
 class SymbolicScalars(torch.nn.Module):
     """``torch.sym_min``/``sym_max`` of sizes (what ``min``/``max`` of sizes become under
-    export: SEW's), ``torch.sym_float`` and the bitwise/boolean operators on them."""
+    export: SEW's), ``torch.sym_float``, and a size squared (an int, not a float)."""
 
     def forward(self, x):
         n = torch.sym_min(x.shape[1], 8)
         m = torch.sym_max(x.shape[1] // 2, 3)
         scale = torch.sym_float(n) / 2
-        return x * n + m, torch.zeros(n + m), x * scale
+        squared = (x.shape[1] // 2) ** 2 + 1  # (an int: DINOv2's patch count)
+        return x * n + m, torch.zeros(n + m), x * scale, x.new_ones(2, squared)
 
 
 def test_symbolic_min_max_and_conversions_map():
