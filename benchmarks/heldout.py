@@ -14,7 +14,13 @@ at that shape, and the note says so.
 This is how a wrong answer on a Gemma-style model was found (session 19: ``type_as`` hands
 back its input though its schema says fresh, and the memory planner trusted the schema).
 
-    python benchmarks/heldout.py [--models gemma,opt] [--json-out FILE]    # ~2 min
+With ``--frontend export`` each model is exported (``torch.export``, ``Dim.AUTO`` on every
+input dimension, at batch 2) and checked at batch 2 and 3; a size the export specialised is
+refused by name (noted); ours from the export is timed against ours from the trace at the
+same inputs (issue 19: the export path no slower than the traced one).
+
+    python benchmarks/heldout.py [--models gemma,opt] [--json-out FILE]    # ~1 min
+    python benchmarks/heldout.py --frontend export                        # ~3 min
 """
 
 from __future__ import annotations
@@ -228,12 +234,18 @@ def _median_us(fn: Callable[[], Any], calls: int = 200, samples: int = 5) -> flo
     return statistics.median(times)
 
 
-def run_one(name: str, make, inputs, shapes, by_keyword: bool) -> dict:
+def run_one(name: str, make, inputs, shapes, by_keyword: bool, frontend: str = "trace") -> dict:
+    """One family through ``frontend``: "trace" (``torch.jit.trace`` at the first shape,
+    batch 1) or "export" (``torch.export`` with ``Dim.AUTO`` on every input dimension, at
+    batch 2 and 3: a batch of 1 export specialises). With "export", ours from the traced
+    module is timed at the same inputs too (``export_over_trace``)."""
     model = make().eval()
     if hasattr(model.config, "use_cache"):
         model.config.use_cache = False
     model.config.return_dict = name in RETURN_DICT
     g = torch.Generator().manual_seed(1)
+    if frontend == "export":
+        shapes = [(2, shapes[0][1]), (3, shapes[1][1])]
     sets = [inputs(b, s, g) for b, s in shapes]
     if by_keyword:  # (their second positional argument is not the mask)
         sets = [dict(zip(("input_ids", "attention_mask"), x)) for x in sets]
@@ -245,7 +257,18 @@ def run_one(name: str, make, inputs, shapes, by_keyword: bool) -> dict:
         traced = (torch.jit.trace(model, example_kwarg_inputs=sets[0], strict=False,
                                   check_trace=False) if by_keyword else
                   torch.jit.trace(model, sets[0], strict=False, check_trace=False))
-    mod = sr.StaticModule(traced)
+    refused: list[tuple] = []
+    if frontend == "export":
+        args, kwargs = ((), sets[0]) if by_keyword else (tuple(sets[0]), {})
+        auto = {i: torch.export.Dim.AUTO for i in range(4)}
+        dims = ({k: {i: auto[i] for i in range(v.dim())} for k, v in sets[0].items()}
+                if by_keyword else tuple({i: auto[i] for i in range(v.dim())} for v in sets[0]))
+        with torch.no_grad():
+            program = torch.export.export(model, args, kwargs, dynamic_shapes=dims,
+                                          strict=False)
+        mod = sr.StaticModule(program)
+    else:
+        mod = sr.StaticModule(traced)
     problems, baked = [], []
     for x in sets:
         given = list(x.values()) if by_keyword else list(x)
@@ -253,13 +276,17 @@ def run_one(name: str, make, inputs, shapes, by_keyword: bool) -> dict:
         with torch.no_grad():
             expected = _tensors(call(model, x))
             oracle = _tensors(call(traced, x))
-        if not _close(oracle, expected):
+        if frontend == "trace" and not _close(oracle, expected):
             # the trace baked a size (TorchScript's own module differs from eager here): the
             # traced module is what ours runs, so it is the oracle
             baked.append(tuple(given[0].shape))
             expected = oracle
         for _ in range(2):
-            got = _tensors(call(mod, x))
+            try:
+                got = _tensors(call(mod, x))
+            except sr.ArgumentError:  # a size the export specialised: refused, by name
+                refused.append(tuple(given[0].shape))
+                break
             if len(got) != len(expected):
                 problems.append(f"{len(got)} outputs, eager {len(expected)}")
                 continue
@@ -280,8 +307,18 @@ def run_one(name: str, make, inputs, shapes, by_keyword: bool) -> dict:
         ts = _median_us(lambda: call(frozen, sets[0]))
     notes = sorted(set(problems)) + [f"the trace differs from eager at {shape}: checked "
                                      f"against the traced module there" for shape in baked]
-    return {"agrees": not problems, "problems": notes, "ours_us": ours,
-            "torchscript_us": ts, "ratio": ours / ts, "trace_baked": baked}
+    notes += [f"the program refused {shape} (export specialised a size)" for shape in refused]
+    result = {"agrees": not problems, "problems": notes, "ours_us": ours,
+              "torchscript_us": ts, "ratio": ours / ts, "trace_baked": baked}
+    if frontend == "export":
+        from_trace = sr.StaticModule(traced)
+        for _ in range(30):
+            call(from_trace, sets[0])
+        wait_for_builds()
+        with torch.inference_mode():
+            result["traced_us"] = _median_us(lambda: call(from_trace, sets[0]))
+        result["export_over_trace"] = ours / result["traced_us"]
+    return result
 
 
 def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
@@ -292,8 +329,11 @@ def _close(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
 
 @click.command()
 @click.option("--models", default="", help="comma-separated subset (default: all)")
+@click.option("--frontend", type=click.Choice(["trace", "export"]), default="trace",
+              show_default=True, help="how ours gets each model (export: also ours from "
+                                      "the trace, timed at the same inputs)")
 @click.option("--json-out", default=None, type=click.Path(dir_okay=False))
-def main(models: str, json_out: str | None) -> None:
+def main(models: str, frontend: str, json_out: str | None) -> None:
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     families = _families()
@@ -301,21 +341,26 @@ def main(models: str, json_out: str | None) -> None:
     unknown = [m for m in names if m not in families]
     if unknown:
         raise click.BadParameter(f"unknown model(s) {unknown}; choose from {list(families)}")
-    table = Table(title="held-out families: ours against eager (agreement) and frozen "
-                        "TorchScript (µs, one thread)")
-    for col in ("model", "agrees", "ours", "TorchScript", "ours ÷ TS", "notes"):
+    table = Table(title=f"held-out families ({frontend}): ours against eager (agreement) and "
+                        "frozen TorchScript (µs, one thread)")
+    cols = ["model", "agrees", "ours", "TorchScript", "ours ÷ TS"]
+    if frontend == "export":
+        cols += ["ours from the trace", "export ÷ trace"]
+    for col in (*cols, "notes"):
         table.add_column(col, justify="left" if col in ("model", "notes") else "right")
     results = {}
     for name in names:
         try:
-            r = run_one(name, *families[name])
+            r = run_one(name, *families[name], frontend=frontend)
         except Exception as e:  # noqa: BLE001  (a model that cannot run is reported)
             results[name] = {"error": f"{type(e).__name__}: {e}"[:300]}
-            table.add_row(name, "—", "", "", "", results[name]["error"][:80])
+            table.add_row(name, "—", *[""] * (len(cols) - 2), results[name]["error"][:80])
             continue
         results[name] = r
+        extra = ([f"{r['traced_us']:.1f}", f"{r['export_over_trace']:.2f}"]
+                 if frontend == "export" else [])
         table.add_row(name, "yes" if r["agrees"] else "[red]NO[/]", f"{r['ours_us']:.1f}",
-                      f"{r['torchscript_us']:.1f}", f"{r['ratio']:.2f}",
+                      f"{r['torchscript_us']:.1f}", f"{r['ratio']:.2f}", *extra,
                       "; ".join(r["problems"])[:80])
     ratios = [r["ratio"] for r in results.values() if "ratio" in r]
     console = Console(width=150)
@@ -324,6 +369,10 @@ def main(models: str, json_out: str | None) -> None:
         geo = statistics.geometric_mean(ratios)
         console.print(f"geomean ours ÷ TorchScript {geo:.2f} over {len(ratios)}; agree "
                       f"{sum(r.get('agrees', False) for r in results.values())} of {len(names)}")
+        over = [r["export_over_trace"] for r in results.values() if "export_over_trace" in r]
+        if over:
+            console.print(f"geomean ours from export ÷ ours from the trace "
+                          f"{statistics.geometric_mean(over):.2f}; worst {max(over):.2f}")
     if json_out:
         Path(json_out).write_text(json.dumps(results, indent=1))
 
