@@ -15,7 +15,9 @@ Folded, until nothing changes:
     strided tensor of at most ``MAX_TENSOR_NUMEL`` elements (bigger tensors would bloat the
     model) — or a list/tuple built of the graph's own constants, whatever their size (an
     exported LSTM's weights: it holds no new tensor, and the LSTM then sees its weights as
-    one constant, as a frozen TorchScript graph gives them);
+    one constant, as a frozen TorchScript graph gives them), or a view of a constant,
+    whatever its size (an exported linear's ``weight.T``: the product then sees a constant
+    weight, as in a frozen TorchScript graph);
   - a mutable result (tensor, list) is never written (``AliasDb.has_writers``) and never
     reaches the caller (``may_alias_graph_output``): a constant is shared by every run, so a
     write, in the graph or by the caller, would leak into the next run.
@@ -269,7 +271,19 @@ def _fold_node(node: Node, db: AliasDb, evaluate: NodeEvaluator) -> bool:
     # lists them) bakes in no new tensor, whatever their size.
     held = frozenset(id(a) for a in args if isinstance(a, torch.Tensor)) \
         if node.kind in ("prim::ListConstruct", "prim::TupleConstruct") else frozenset()
+    # A view of a constant (an exported linear's ``weight.T``: ``numpy_T``) bakes in no new
+    # tensor either: it shares the constant's storage, whatever its size.
+    shared = frozenset(_storage(a) for a in args if _storage(a))
+    if shared:
+        held = held | {id(v) for v in values if _storage(v) in shared}
     return _replace_with_constants(node, values, db, held)
+
+
+def _storage(x: Any) -> int:
+    """The address of ``x``'s storage if it is a strided CPU tensor with one, else 0."""
+    if isinstance(x, torch.Tensor) and x.layout == torch.strided and x.device.type == "cpu":
+        return x.untyped_storage().data_ptr()
+    return 0
 
 
 def _replace_with_constants(node: Node, values: list[Any], db: AliasDb,
