@@ -209,8 +209,14 @@ def _fold_linear(graph: Graph, linear: Node, bn: Node, weight: torch.Tensor,
     with ``between`` (a flatten or reshape of the product to a matrix of its features:
     ``_to_features``), ``bn(between(linear(x, W, b)))`` → ``between(linear(x, W', b'))`` where
     ``x.dim() == rank`` (any rank: ``rank`` 0), else as it was."""
-    if weight.dim() != 2 or any(not v.node.is_before(linear) for v in bn.inputs[1:]):
+    if weight.dim() != 2:
         return False
+    needed = [*bn.inputs[1:], *(between.inputs[1:] if between is not None else ())]
+    if any(not v.node.is_before(linear) and v.node.kind != "prim::Constant" for v in needed):
+        return False
+    for v in needed:
+        if not v.node.is_before(linear):
+            v.node.move_before(linear)  # (an exported program makes constants at first use)
     x, y = linear.inputs[0], (between or linear).output
     new_weight = graph.constant(weight, T.Tensor, before=linear)
     new_bias = graph.constant(bias, T.Tensor, before=linear)

@@ -295,3 +295,21 @@ def test_linear_flattened_to_its_features_is_folded(form):
                       and any(m.kind == "aten::batch_norm" for m in n.blocks[1].nodes))
         assert "aten::batch_norm" not in [n.kind for n in branch.blocks[0].nodes]
     check(model, [images(2, 5, 6)], [images(3, 7, 6)])
+
+
+def test_linear_flattened_to_its_features_is_folded_from_export():
+    # an exported program makes its constants where first used (after the product): the
+    # fold moves them up
+    model = LinearFlattenBN("flatten").eval()
+    x = images(2, 5, 6)
+    program = torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim.AUTO,
+                                                                 1: torch.export.Dim.AUTO},))
+    mod = sr.StaticModule(program)
+    norms = ("aten::batch_norm", "aten::_native_batch_norm_legit_no_training")
+    top = [n.kind for n in mod.graph.nodes]
+    assert not any(k in norms for k in top)  # (left only in the as-was branch of a rank check)
+    assert "prim::If" in top
+    for shape in ((2, 5, 6), (3, 7, 6)):
+        x = images(*shape)
+        for _ in range(2):
+            torch.testing.assert_close(mod(x), model(x))
