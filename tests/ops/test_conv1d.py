@@ -46,7 +46,7 @@ def test_differential_two_shape_sets():
     mod = check(Temporal().eval(), first, second, options=OPTIONS)["measure"]
     labels = [pn.impl.label for pn in mod.plan.nodes() if pn.kind == "aten::conv1d"]
     assert len(labels) == 3 and all("by measurement" in label for label in labels)
-    assert "positions<=64 threads=" in mod.describe()
+    assert "positions<=64 contiguous=True threads=" in mod.describe()
 
 
 def test_new_lengths_of_a_measured_bucket_measure_nothing():
@@ -66,7 +66,7 @@ def test_new_lengths_of_a_measured_bucket_measure_nothing():
     assert measured[0] > 0 and len(set(measured)) == 1, measured
 
 
-@pytest.mark.parametrize("name", ["aten", "onednn", "native"])
+@pytest.mark.parametrize("name", ["aten", "onednn", "native", "pointwise"])
 def test_each_kernel_forced(name, monkeypatch):
     monkeypatch.setattr(KernelChooser, "choose",
                         lambda self, key, names, make, default: Choice(
@@ -101,3 +101,33 @@ def test_non_contiguous_input_and_default_option():
     plain = sr.StaticModule(torch.jit.script(model), sr.StaticModuleOptions(kernel_choice="default"))
     assert not any("by measurement" in pn.impl.label for pn in plain.plan.nodes())
     torch.testing.assert_close(plain(*first), model(*first))
+
+
+class Pointwise(nn.Module):
+    """SqueezeBERT's layers: (B, L, C) activations permuted to (B, C, L) into grouped and
+    ungrouped 1 × 1 convolutions, permuted back."""
+
+    def __init__(self):
+        super().__init__()
+        self.grouped = nn.Conv1d(16, 24, 1, groups=4)
+        self.plain = nn.Conv1d(24, 8, 1, bias=False)
+
+    def forward(self, x):
+        h = torch.relu(self.grouped(x.permute(0, 2, 1)))
+        return self.plain(h.permute(0, 2, 1).contiguous().permute(0, 2, 1)).permute(0, 2, 1)
+
+
+@pytest.mark.parametrize("name", ["aten", "pointwise"])
+def test_a_strided_input_of_a_pointwise_convolution(name, monkeypatch):
+    monkeypatch.setattr(KernelChooser, "choose",
+                        lambda self, key, names, make, default: Choice(
+                            name if name in names else default, {}, "forced"))
+    model = Pointwise().eval()
+    torch.manual_seed(2)
+    mod = check(model, [torch.randn(1, 12, 16)], [torch.randn(3, 7, 16)],
+                options={"measure": MEASURE})["measure"]
+    assert "contiguous=False" in mod.describe() and f": {name} (forced)" in mod.describe()
+    for x in (torch.randn(2, 5, 16), torch.randn(1, 12, 16)):
+        got, want = mod(x), model(x)
+        assert got.stride() == want.stride()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
