@@ -280,3 +280,39 @@ def test_one_key_value_head_broadcasts_without_enable_gqa(forced):
         F.scaled_dot_product_attention(q, k, k, None)
     with pytest.raises(RuntimeError):
         mod(q, k, k, torch.ones(6, 6, dtype=torch.bool))
+
+
+def test_a_true_mask_one_value_per_query_is_dropped(monkeypatch):
+    # An exported encoder given no padding mask builds an all-true mask, one value per query
+    # row expanded along the keys: it masks nothing, and our kernel is not made to read it.
+    # A row that is false keeps the mask; a mask that would widen the batch is kept.
+    from static_runtime.ops import attention
+
+    masks = []
+    serve = attention._Kernel.serve
+
+    def watched(self, q, k, v, mask, *args, **kwargs):
+        masks.append(mask)
+        return serve(self, q, k, v, mask, *args, **kwargs)
+
+    monkeypatch.setattr(attention._Kernel, "serve", watched)
+    fn = _masked_sdpa()
+    mod = sr.StaticModule(fn, MEASURE)
+    g = torch.Generator().manual_seed(13)
+    for b, length, false_row in ((2, 9, None), (1, 14, None), (2, 9, 3)):
+        q, k, v = (torch.randn(b, 2, length, 16, generator=g) for _ in range(3))
+        rows = torch.ones(b, 1, length, 1, dtype=torch.bool)
+        if false_row is not None:
+            rows[:, :, false_row] = False
+        m = rows.expand(b, 1, length, length)
+        masks.clear()
+        want = F.scaled_dot_product_attention(q, k, v, m)
+        torch.testing.assert_close(mod(q, k, v, m), want, rtol=1e-5, atol=1e-5, equal_nan=True)
+        assert (masks[-1] is None) == (false_row is None)
+    # a mask that would widen the batch is kept: PyTorch's operator refuses it, and so do we
+    q, k, v = (torch.randn(1, 2, 5, 16, generator=g) for _ in range(3))
+    wide = torch.ones(3, 1, 5, 1, dtype=torch.bool).expand(3, 1, 5, 5)
+    with pytest.raises(RuntimeError, match="broadcast shape"):
+        F.scaled_dot_product_attention(q, k, v, wide)
+    with pytest.raises(RuntimeError, match="broadcast shape"):
+        mod(q, k, v, wide)
