@@ -11,7 +11,10 @@ with the cache (rewriting the whole file took 14 ms at 3,200 choices). Past
 writer folds what both files hold (other processes' lines included) into a new snapshot —
 a temporary file renamed over it, so readers never see half a file — and empties the
 journal. A line cut short (a process killed mid-write) is skipped. An unreadable or
-unwritable cache is warned about once and the choices live in memory only.
+unwritable cache is warned about once and the choices live in memory only. The snapshot also
+records when each version of our kernels (the ``native=`` digest in a key) last had a choice
+written; a fold drops the choices of versions unwritten for ``STALE_AFTER_S`` (30 days), so
+the cache holds what the versions in use measured, not every release's.
 """
 
 from __future__ import annotations
@@ -19,8 +22,10 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import tempfile
 import threading
+import time
 import warnings
 from pathlib import Path
 
@@ -31,6 +36,21 @@ CACHE_FORMAT = 3
 
 #: journal bytes past which a write folds it into the snapshot (~250 choices)
 COMPACT_BYTES = 64 * 1024
+
+#: a version of our kernels whose choices no process has written for this long has its
+#: choices dropped at the next fold: every release (and every edit of the kernels' sources)
+#: measures anew under its own digest, and a machine's cache grew to 3,200 choices, half of
+#: them for versions nothing read any more — parsed by every process at preparation
+STALE_AFTER_S = 30 * 86400
+
+_VERSION = re.compile(r" \| native=([0-9a-f]+)(?: \||$)")
+
+
+def version_of(key: str) -> str | None:
+    """The digest of our kernels' sources a choice was made with (``native=`` in its key),
+    or None for a choice among PyTorch's kernels only (never dropped for age)."""
+    m = _VERSION.search(key)
+    return m.group(1) if m else None
 
 
 def cache_path() -> Path:
@@ -57,6 +77,11 @@ class DiskCache:
         #: the snapshot's (inode, mtime, size) when this process last read or wrote it: as
         #: it was, a fold need not parse it again (every fold replaces it: a new inode)
         self._seen: tuple[int, int, int] | None = None
+        #: version (``version_of``) → when a process last wrote a choice of it (the
+        #: snapshot's record, as last read or written here)
+        self._versions: dict[str, float] = {}
+        #: the versions this process wrote choices of (recorded at its next fold)
+        self._written: set[str] = set()
 
     def load(self) -> None:
         """Read the files now, if not yet: while a module is prepared, not on its first call
@@ -77,6 +102,9 @@ class DiskCache:
             if self._entries is None:
                 self._entries = self._read()
             self._entries[key] = entry
+            version = version_of(key)
+            if version is not None:
+                self._written.add(version)
             try:
                 self._write(key, entry)
             except OSError as e:
@@ -113,6 +141,10 @@ class DiskCache:
                 return {}  # an older release's choices: measured again, then rewritten
             if data.get("format") != CACHE_FORMAT or not isinstance(data.get("entries"), dict):
                 raise ValueError(f"not format {CACHE_FORMAT}")
+            versions = data.get("versions")
+            self._versions = {k: float(v) for k, v in versions.items()
+                              if isinstance(k, str) and isinstance(v, (int, float))} \
+                if isinstance(versions, dict) else {}
             return dict(data["entries"])
         except (ValueError, AttributeError) as e:
             self._stale = True
@@ -171,11 +203,12 @@ class DiskCache:
         merged = self._read_snapshot() if self._stamp() != self._seen or self._stale else {}
         merged.update(self._read_journal())
         merged.update(self._entries or {})
+        versions = self._aged(merged)
         self._entries = merged
         # (one string from the C encoder: ``json.dump`` to a file with ``indent`` encodes in
         # Python, ~4 x slower)
-        text = json.dumps({"format": CACHE_FORMAT, "entries": merged}, sort_keys=True,
-                          separators=(",", ":"))
+        text = json.dumps({"format": CACHE_FORMAT, "entries": merged, "versions": versions},
+                          sort_keys=True, separators=(",", ":"))
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".kernels.", suffix=".tmp")
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -188,6 +221,25 @@ class DiskCache:
             pass  # (emptied: its lines are in the snapshot now)
         self._stale = False
         self._seen = self._stamp()
+
+    def _aged(self, merged: dict[str, dict]) -> dict[str, float]:
+        """Each version's last write (this process's now; a version first seen now: now),
+        with the choices of versions unwritten for ``STALE_AFTER_S`` dropped from
+        ``merged``, and those versions from the record."""
+        now = time.time()
+        versions = dict(self._versions)
+        for v in self._written:
+            versions[v] = now
+        present = {version_of(k) for k in merged} - {None}
+        for v in present - versions.keys():
+            versions[v] = now  # (a choice from before versions were recorded, or a journal's)
+        stale = {v for v, t in versions.items() if now - t > STALE_AFTER_S}
+        if stale:
+            for k in [k for k in merged if version_of(k) in stale]:
+                del merged[k]
+        self._versions = {v: t for v, t in versions.items() if v not in stale and v in present}
+        self._written.clear()
+        return self._versions
 
     def _warn(self, message: str) -> None:
         if not self._warned:

@@ -594,3 +594,44 @@ def test_conv_kernels_return_channels_last():
     assert grouped.names()[:2] == ("onednn", "aten") and "matmul" not in grouped.names()
     with pytest.raises(ValueError, match="no convolution kernel named 'matmul'"):
         grouped.kernel("matmul")
+
+
+def test_a_fold_drops_the_choices_of_kernel_versions_unwritten_for_a_month(tmp_path,
+                                                                            monkeypatch):
+    # Every version of our kernels measures under its own digest (``native=`` in the key):
+    # the choices of one no process wrote for ``STALE_AFTER_S`` go at the next fold; those
+    # of PyTorch's kernels alone (no digest), and of versions in use, stay.
+    import json
+    import time
+
+    monkeypatch.setattr(kernel_cache, "COMPACT_BYTES", 0)  # (every write folds)
+    path = tmp_path / "k.json"
+    old, recent = "aaaaaaaaaaaa", "bbbbbbbbbbbb"
+    tail = " | threads=1 | cpu=x | torch 2.13.0+cpu"
+    entry = {"choice": "aten", "us": {}}
+    path.write_text(json.dumps({
+        "format": kernel_cache.CACHE_FORMAT,
+        "entries": {f"mm M<=8 | native={old}{tail}": entry,
+                    f"mm M<=16 | native={recent}{tail}": entry,
+                    f"mm M<=32 | candidates=aten,onednn{tail}": entry},
+        "versions": {old: time.time() - kernel_cache.STALE_AFTER_S - 60,
+                     recent: time.time() - 86400}}))
+    cache = DiskCache(path)
+    cache.put(f"mm M<=64 | native={recent}{tail}", entry)
+    data = json.loads(path.read_text())
+    assert sorted(data["entries"]) == sorted([f"mm M<=16 | native={recent}{tail}",
+                                              f"mm M<=32 | candidates=aten,onednn{tail}",
+                                              f"mm M<=64 | native={recent}{tail}"])
+    assert list(data["versions"]) == [recent]
+    assert time.time() - data["versions"][recent] < 60  # (written now)
+    assert DiskCache(path).get(f"mm M<=8 | native={old}{tail}") is None
+    # a snapshot of before the record: its versions start their clock at the fold
+    path.write_text(json.dumps({"format": kernel_cache.CACHE_FORMAT,
+                                "entries": {f"mm M<=8 | native={old}{tail}": entry}}))
+    DiskCache(path).put(f"mm M<=128 | native={recent}{tail}", entry)
+    assert f"mm M<=8 | native={old}{tail}" in json.loads(path.read_text())["entries"]
+
+
+def test_the_version_of_a_key_is_its_native_digest():
+    assert kernel_cache.version_of("mm | native=3ff0e10b9576 | threads=1") == "3ff0e10b9576"
+    assert kernel_cache.version_of("mm | candidates=aten | threads=1") is None
