@@ -43,8 +43,11 @@ class CodeCache:
         self.builder = BackgroundBuilder("static_runtime-specialize", urgent=True)
         self._generic: dict[tuple, GeneratedCode] = {}
         self._programs: dict[int, Any] = {}
-        #: how many functions were generated (generic and specialised), for benchmarks
+        #: how many distinct functions were generated and kept (generic and specialised), for
+        #: benchmarks and tests; ``duplicates``: made by one thread while another made the
+        #: same (a request needing code the builder was making that moment), and dropped
         self.generated = 0
+        self.duplicates = 0
         #: takes views of arena tensors once per layout (None: off)
         self.hoister = Hoister(plan) if hoist else None
         #: nodes a factory found not to give views of their arena tensor (``HoistRefused``)
@@ -102,8 +105,11 @@ class CodeCache:
             made = function.generate(self.plan, arena_slots, self.title, guard, spec=spec,
                             hoisting=self.hoisting_for(arena_slots, spec))
             with self._lock:
-                self.generated += 1
                 code = self._items.setdefault(cache_key, made)
+                if code is made:
+                    self.generated += 1
+                else:
+                    self.duplicates += 1
                 self._items.move_to_end(cache_key)
                 while self.maxsize is not None and len(self._items) > self.maxsize:
                     self._items.popitem(last=False)
@@ -132,10 +138,13 @@ class CodeCache:
             made = function.generate(self.plan, arena_slots, self.title, record=record, spec=spec,
                             structural=spec is not None)
             with self._lock:
-                self.generated += 1
                 if spec is not None:
                     self._programs[id(program)] = program  # (its id stays its own)
                 code = self._generic.setdefault(key, made)
+                if code is made:
+                    self.generated += 1
+                else:
+                    self.duplicates += 1
         if not (record or ahead):
             self.latest = code
         return code
