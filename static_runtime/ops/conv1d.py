@@ -99,6 +99,7 @@ def measured_conv1d(found: tuple, chooser: KernelChooser, default: Callable[...,
         kernels["pointwise"] = _Pointwise(weight, bias, groups)
     #: what a strided input is measured among (the others take contiguous inputs)
     strided = {n: k for n, k in kernels.items() if n in ("aten", "pointwise")}
+    takes_strided = len(strided) > 1  # (decided here, not on each call)
     per_shape = PerShape(chooser, tuple(kernels))
     chosen = per_shape.chosen
     f32, threads = torch.float32, torch.get_num_threads
@@ -119,7 +120,7 @@ def measured_conv1d(found: tuple, chooser: KernelChooser, default: Callable[...,
         if w is weight and b is bias and x.dtype is f32 and x.dim() == 3 \
                 and x.is_cpu and not x.is_mkldnn:
             dense = x.is_contiguous()
-            if dense or len(strided) > 1:
+            if dense or takes_strided:
                 shape = x.shape  # (its channels are the weight's: not part of the key)
                 key = ((size_bucket(shape[0] * shape[2]), dense), threads())
                 return kernels[chosen.get(key) or decide(x, key)](x)
