@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 
 import pytest
 import torch
@@ -297,3 +298,42 @@ def test_every_input_size_shares_one_packed_weight(tmp_path, monkeypatch):
                            (torch.randn(8, 4, 1, 1), 1)):
         kernels = ConvKernels(weight, None, [1, 1], [0, 0], [1, 1], groups, "none")
         assert kernels.kernel("native") is kernels.kernel("native")
+
+
+def test_a_flag_set_the_compiler_refuses_falls_back_once_and_names_the_build(tmp_path):
+    """A compiler that refuses the preferred flags (clang and older GCC do not know the
+    64-byte move options) builds the next set; the refusal is remembered beside the build, so
+    a second process neither tries that set again nor needs a compiler; the kernel version
+    the choice cache keys by names the flags of the build loaded."""
+    native = tmp_path / "native"
+    wrapper = tmp_path / "cc"
+    calls = tmp_path / "calls"
+    # a compiler that refuses the first set's options and otherwise runs the real one
+    wrapper.write_text("#!/bin/sh\n"
+                       f"echo \"$*\" >> {calls}\n"
+                       "case \"$*\" in *-mmove-max*) echo 'unrecognized option' >&2; exit 1;; esac\n"
+                       f"exec {os.environ.get('CC') or 'cc'} \"$@\"\n")
+    wrapper.chmod(0o755)
+    code = textwrap.dedent("""
+        from static_runtime.ops import ckernels
+        ckernels._flag_sets = lambda: [ckernels._WIDE_MOVES, *ckernels._FLAG_SETS]
+        assert ckernels.available(), ckernels.why_unavailable()
+        print(" ".join(ckernels._built_with), "|", ckernels.source_digest())
+    """)
+    env = {**os.environ, "STATIC_RUNTIME_CACHE_DIR": str(tmp_path), "CC": str(wrapper)}
+    first = subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300,
+                           capture_output=True, text=True).stdout.strip()
+    assert first.split(" | ")[0] == " ".join(ckernels._FLAG_SETS[0])
+    assert len(list(native.glob("*.failed"))) == 1 and len(list(native.glob("*.so"))) == 1
+    assert len(calls.read_text().splitlines()) == 2
+    second = subprocess.run([sys.executable, "-c", code], check=True, timeout=300,
+                            capture_output=True, text=True,
+                            env={**env, "CC": "no-such-compiler-but-the-build-is-there"})
+    assert second.stdout.strip() == first
+    assert len(calls.read_text().splitlines()) == 2  # the refused set not tried again
+    # the digest of a build with other flags differs (its choices are not these)
+    wide = subprocess.run([sys.executable, "-c", code], check=True, timeout=300,
+                          capture_output=True, text=True,
+                          env={**os.environ, "STATIC_RUNTIME_CACHE_DIR": str(tmp_path / "other")})
+    if wide.stdout.split(" | ")[0] == " ".join(ckernels._WIDE_MOVES):  # (GCC 12 and later)
+        assert wide.stdout.split(" | ")[1] != first.split(" | ")[1]
