@@ -164,8 +164,10 @@ def _load() -> ctypes.CDLL:
                 detail = getattr(e, "stderr", "") or str(e)
                 last = detail.strip().splitlines()[-1] if detail.strip() else str(e)
                 errors.append(f"{' '.join(flags)}: {last}")
-                with contextlib.suppress(OSError):
-                    failed.write_text(last + "\n", encoding="utf-8")
+                if isinstance(e, subprocess.CalledProcessError):
+                    # (the compiler refused: it will again; a full disk or a timeout may not)
+                    with contextlib.suppress(OSError):
+                        failed.write_text(last + "\n", encoding="utf-8")
                 continue
         try:
             lib = _declare(ctypes.CDLL(str(target)))
