@@ -176,10 +176,9 @@ def _load() -> ctypes.CDLL:
             continue
         _built_with = flags
         return lib
-    if not has_compiler:
-        errors.insert(0, f"no C compiler {compiler!r} on PATH (set $CC)")
-    raise _Unavailable(f"{compiler} could not build them: {'; '.join(errors)}"
-                       if has_compiler else "; ".join(errors))
+    why = f"{compiler} could not build them" if has_compiler else \
+        f"no C compiler {compiler!r} on PATH (set $CC)"
+    raise _Unavailable("; ".join([why, *errors]))
 
 
 def _build(compiler: str, flags: list[str], sources: list[Path], target: Path) -> None:
