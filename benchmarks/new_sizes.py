@@ -5,11 +5,14 @@ Per traffic workload (``benchmarks/traffic_workloads.py``): each peer is warmed 
 first three sizes (five calls each) and what ours builds in the background is let finish;
 then for ``--sizes`` further sizes of the trace, none seen before, in the order the trace first
 brings them, the peers in turn (an order drawn per size) make five calls of that size:
-``first`` is the first call's µs, ``steady`` the median of the last three. Medians over the
-sizes, and the median of each size's first ÷ steady. The kernel choice cache is the one the
-process is given (``STATIC_RUNTIME_CACHE_DIR``): warm on a machine that ran the workload once;
-with a fresh directory a new row bucket is measured on its first call (``traffic.py``'s
-new-size columns, run on a fresh cache, show that case).
+``first`` is the first call's µs, ``steady`` the median of the last three. Each call is a
+request of its own (``Workload.request``: the size's shapes, new values), as a service's
+calls are: until session 21 the five calls repeated one request, and the steady ones found
+the values the first had read in the caches (the recommender's table rows: ~20 % of its
+steady call). Medians over the sizes, and the median of each size's first ÷ steady. The
+kernel choice cache is the one the process is given (``STATIC_RUNTIME_CACHE_DIR``): warm on
+a machine that ran the workload once; with a fresh directory a new row bucket is measured on
+its first call (``traffic.py``'s new-size columns, run on a fresh cache, show that case).
 
 For ours, where a first call's time goes beyond a steady call's (medians over the sizes, µs):
 laying the size out (``prepare``: the shape program evaluated, the regions fitted, the arena
@@ -114,6 +117,7 @@ def probe(name: str, sizes: int, peers: tuple[str, ...]) -> dict:
         wait_for_builds()
         for size in fresh:
             x = w.inputs(size)
+            later = [w.request(size, i) for i in range(1, 6)]  # (new values, as traffic's)
             order = list(live)
             rng.shuffle(order)
             for p in order:
@@ -125,9 +129,9 @@ def probe(name: str, sizes: int, peers: tuple[str, ...]) -> dict:
                 first = clock() - start
                 timing.on = False
                 calls = []
-                for _ in range(4):
+                for y in later[:4]:
                     start = clock()
-                    p.fn(*x)
+                    p.fn(*y)
                     calls.append(clock() - start)
                 steady = statistics.median(calls[1:])
                 firsts[p.name].append(first / 1e3)
@@ -138,7 +142,7 @@ def probe(name: str, sizes: int, peers: tuple[str, ...]) -> dict:
                         parts[label].append(timing.ns.get(attr, 0) / 1e3)
                     parts["in the call"].append(inside / 1e3)
                     start = clock()
-                    second(*x)
+                    second(*later[4])
                     seconds.append((clock() - start) / 1e3)
     out = {"sizes": len(fresh), "peers": {}}
     for p in live:

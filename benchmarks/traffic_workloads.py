@@ -74,6 +74,16 @@ class Workload:
             self._cache[size] = self.make_inputs(size, torch.Generator().manual_seed(seed))
         return self._cache[size]
 
+    def request(self, size: Any, i: int) -> tuple:
+        """The ``i``-th request of ``size``: ``inputs(size)`` for 0, else the same shapes with
+        values of their own (not kept) — what a service's next request of that size brings;
+        a call repeated on the same values finds what it reads in the caches (a
+        recommender's table rows: its call ~20 % faster here)."""
+        if i == 0:
+            return self.inputs(size)
+        seed = (hash(size) + 7919 * i) & 0xFFFF
+        return self.make_inputs(size, torch.Generator().manual_seed(seed))
+
 
 def _bert() -> torch.nn.Module:
     import transformers

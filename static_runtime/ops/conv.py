@@ -40,10 +40,15 @@ import torch
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
 from static_runtime.ops.ckernels import remember
-from static_runtime.ops.kernels import KernelChooser, size_bucket
+from static_runtime.ops.kernels import FOR_GOOD, KernelChooser, size_bucket
 from static_runtime.ops.native.fused import CONV2D_POINTWISE, CONV_POSTOPS, _is_pointwise_1x1
 from static_runtime.ops.registry import hands_back, labelled, register_measured
 from static_runtime.ops.selection import constant_value
+
+
+#: The candidates whose setup recurs at each input shape (``Choice.interim``): oneDNN compiles a
+#: primitive per shape, and ATen's convolution of a float32 channels-last input is oneDNN's.
+PER_SHAPE = ("onednn", "aten")
 
 
 @register_measured("static_runtime::conv2d_pointwise")
@@ -82,6 +87,15 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
     spec = (f"w={tuple(weight.shape)} stride={list(stride)} padding={list(padding)} "
             f"dilation={list(dilation)} groups={groups} bias={bias is not None}")
 
+    #: bucket key → ``Choice.interim``: where the chosen kernel makes something for each
+    #: input shape (oneDNN compiles a primitive: 0.3–1.2 ms a convolution here, more than the
+    #: call), the kernel that serves a new shape of the bucket first and for how many calls
+    interims: dict[tuple, tuple[str, int] | None] = {}
+    #: bucket key → the input shape whose first call the measuring paid the setup of
+    setup_paid: dict[tuple, torch.Size] = {}
+    #: (input shape, channels-last, threads) → calls left to the interim kernel there
+    left: dict[tuple, int] = {}
+
     def decide(x: torch.Tensor, key: tuple) -> str:
         problem = (f"conv2d+{attr} float32 pixels<={key[0]} "
                    f"{'channels_last' if key[1] else 'contiguous'} {spec}")
@@ -94,15 +108,47 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
         chosen[key] = choice.name
         choices[key] = choice
         measured_at[key] = x.shape
+        interims[key] = choice.interim(PER_SHAPE)
+        if choice.how == "measured":
+            setup_paid[key] = x.shape
         return choice.name
 
-    def call_for(x: torch.Tensor, key: tuple):
-        """What calls of ``key`` (shape, layout, threads) run: their bucket's choice."""
+    def serving(x: torch.Tensor, key: tuple) -> tuple[str, bool]:
+        """The kernel that serves calls of ``key`` (shape, layout, threads) now: their
+        bucket's choice, or its interim one for a new shape's first calls; and whether it
+        is the interim (whose calls count down to the choice: ``counted``)."""
         n_, _, h, w = x.shape
         bucket = (size_bucket(n_ * h * w), *key[1:])
         name = chosen.get(bucket) or decide(x, bucket)
+        later = interims.get(bucket)
+        if later is None or setup_paid.get(bucket) == x.shape:
+            return name, False
+        if later[1] == FOR_GOOD:
+            return later[0], False
+        if key not in left:
+            remember(left, key, later[1])
+        return (later[0], True) if left.get(key, 0) > 0 else (name, False)
+
+    def counted(call, key: tuple):
+        """``call`` (the interim kernel's), counting down ``key``'s calls left: at the last,
+        the key's calls are made again (the choice's, by ``serving``)."""
+        def interim(*args):
+            n = left.get(key, 1) - 1
+            left[key] = n
+            if n <= 0:
+                calls.pop(key, None)
+                writers.pop(key, None)
+                last_out[0] = None
+            return call(*args)
+
+        return interim
+
+    def call_for(x: torch.Tensor, key: tuple):
+        """What calls of ``key`` (shape, layout, threads) run: their bucket's choice (or its
+        interim kernel for a new shape's first calls)."""
+        name, interim = serving(x, key)
         call = kernels.direct(name, x.shape, key[1]) or kernels.kernel(name)
-        return remember(calls, key, call)
+        return remember(calls, key, counted(call, key) if interim else call)
 
     @labelled(f"conv2d_pointwise ({attr}): kernel chosen per input shape by measurement")
     def fn(x, w, b, stride_, padding_, dilation_, groups_, attr_):
@@ -120,22 +166,21 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
     writers: dict[tuple, Any] = {}
 
     def writer_for(x: torch.Tensor, key: tuple):
-        n_, _, h, w = x.shape
-        bucket = (size_bucket(n_ * h * w), *key[1:])
-        name = chosen.get(bucket) or decide(x, bucket)
+        name, interim = serving(x, key)
         direct = kernels.direct(name, x.shape, key[1])
+        into = getattr(direct, "into", None)
         if direct is None and not key[1]:
             # a channels-first input ours does not read as it is (a depthwise kernel's):
             # made channels-last first, as the allocating call does
             direct = kernels.direct(name, x.shape, True)
-            into = getattr(direct, "into", None)
-            if into is not None:
-                def converted(x, out, into=into):
+            channels_last_into = getattr(direct, "into", None)
+            if channels_last_into is not None:
+                def into(x, out, into=channels_last_into):
                     into(x.contiguous(memory_format=cl), out)
-
-                return remember(writers, key, (converted, direct.out_shape))
-        into = getattr(direct, "into", None)
-        return remember(writers, key, into and (into, direct.out_shape))
+        if into is None:
+            return remember(writers, key, None)
+        return remember(writers, key, (counted(into, key) if interim else into,
+                                       direct.out_shape))
 
     #: the last call that wrote: (out, x's shape, threads, channels-last, our call); the
     #: arena hands the same out tensor on every call of a layout
@@ -175,7 +220,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
         if not choices:
             return "no kernel chosen yet"
         return "; ".join(f"pixels<={p}{' channels-last' if c else ''} threads={t} (measured "
-                         f"at x={tuple(measured_at[p, c, t])}): {ch.describe()}"
+                         f"at x={tuple(measured_at[p, c, t])}): {ch.describe(PER_SHAPE)}"
                          for (p, c, t), ch in choices.items())
 
     for f in (fn, out_fn):

@@ -50,7 +50,7 @@ import torch
 from static_runtime.ir.graph import Node
 from static_runtime.ops import ckernels
 from static_runtime.ops.ckernels import remember
-from static_runtime.ops.kernels import PER_SHAPE_SETUP, KernelChooser, size_bucket
+from static_runtime.ops.kernels import FOR_GOOD, PER_SHAPE_SETUP, KernelChooser, size_bucket
 from static_runtime.ops.native.fused import LINEAR_POINTWISE, LINEAR_POSTOPS
 from static_runtime.ops.registry import labelled, register_measured
 from static_runtime.ops.selection import _LINEAR, constant_value
@@ -336,6 +336,8 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         later = interims.get(key)
         if later is None or measured_at[key] == rows:
             return name, None
+        if later[1] == FOR_GOOD:
+            return later[0], None
         return later[0], (later[1], name)
 
     def until(call, later: tuple[int, str], calls: dict, key: tuple, chosen_call):

@@ -55,6 +55,9 @@ MIN_GAIN = 0.05
 #: Candidates that make something for each shape they meet, timed in their first call there:
 #: oneDNN compiles a primitive per shape (0.3–0.7 ms for a product of 50 µs).
 PER_SHAPE_SETUP = ("onednn",)
+#: ``Choice.interim``'s count where the interim kernel is as fast as the chosen one: it serves
+#: a new size for good (the chosen one won by the default's stickiness, ``pick``)
+FOR_GOOD = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,9 @@ class Choice:
         times = ", ".join(f"{n} {t:.1f}" for n, t in sorted(self.timings_us.items(),
                                                             key=lambda kv: kv[1]))
         later = self.interim(per_shape)
-        then = (f"; a new size: {later[0]} for its first {later[1]} calls "
+        calls = "every call" if later and later[1] == FOR_GOOD else \
+            f"its first {later[1]} calls" if later else ""
+        then = (f"; a new size: {later[0]} for {calls} "
                 f"({self.name}'s first call there {self.setup_us[self.name]:.0f} µs more)"
                 if later else "")
         return f"{self.name} ({self.how}{'; µs: ' + times if times else ''}{then})"
@@ -85,21 +90,29 @@ class Choice:
     def interim(self, per_shape: tuple[str, ...] = ()) -> tuple[str, int] | None:
         """Where a choice shared by sizes (a bucket) costs setup at each new size, which
         kernel serves a new size first, and after how many calls the chosen one takes over:
-        the candidate whose first call costs least (its time plus its setup) serves until
-        the calls made there would have repaid the chosen one's setup by what it saves a
-        call. ``per_shape``: the candidates whose setup recurs at each new size (the others'
-        first call is timed too, but what it costs beyond the next — a library's first use,
-        cold code — is paid once, not per size). None where the chosen one is that
-        candidate, or nothing was measured."""
+        the fastest candidate without such setup serves, if its call costs less than the
+        chosen one's first, until the calls made there would have repaid the chosen one's
+        setup by what it saves a call. ``per_shape``: the candidates whose setup recurs at
+        each new size (the others' first call is timed too, but what it costs beyond the
+        next — a library's first use, cold code — is paid once, not per size). A candidate
+        in ``per_shape`` never serves in the meantime: at a new size it pays its own setup,
+        whatever its first call cost where it was measured (there another candidate may
+        have made the very primitive it uses: ATen's convolution runs oneDNN's). None where
+        the chosen one has no such setup, or nothing was measured."""
         times = self.timings_us
         setup = {n: t for n, t in self.setup_us.items() if n in per_shape}
-        if self.name not in times or not setup:
+        if self.name not in times or self.name not in setup:
             return None
-        first = min(times, key=lambda n: times[n] + setup.get(n, 0.0))
+        others = [n for n in times if n not in per_shape]
+        if not others:
+            return None
+        first = min(others, key=times.__getitem__)
         saved = times[first] - times[self.name]
-        if first == self.name or saved <= 0:
+        if times[first] >= times[self.name] + setup[self.name]:
             return None
-        return first, math.ceil(setup.get(self.name, 0.0) / saved)
+        if saved <= 0:  # (as fast, and no setup: kept where the default's stickiness chose)
+            return first, FOR_GOOD
+        return first, math.ceil(setup[self.name] / saved)
 
 
 def cpu_identity() -> str:

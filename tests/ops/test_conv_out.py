@@ -12,7 +12,8 @@ from test_kernels import MEASURE, MEASURE_INTERP, Convs, Excite
 
 import static_runtime as sr
 from static_runtime.ops import ckernels
-from static_runtime.ops.kernels import Choice, KernelChooser
+from static_runtime.ops.conv import PER_SHAPE, ConvKernels
+from static_runtime.ops.kernels import FOR_GOOD, Choice, KernelChooser
 from static_runtime.ops.registry import Tier, may_hand_back
 
 pytestmark = pytest.mark.skipif(not ckernels.available(),
@@ -109,3 +110,62 @@ def test_one_pixel_convolutions_of_an_excitation_block_write_the_arena(monkeypat
     _run(mod, model, ((1, 8, 6, 6), (3, 8, 5, 7)))
     assert seen and all(seen)  # (every call wrote its arena tensor)
     assert _inner_conv_outputs(mod) <= _names_in_arena(mod)
+
+
+@pytest.mark.parametrize("allocating", [False, True])
+def test_a_new_shape_of_a_bucket_runs_the_interim_kernel_then_the_choice(allocating,
+                                                                          monkeypatch):
+    """oneDNN compiles a primitive for each input shape: where it is chosen, a new shape of
+    its bucket is served first by the fastest kernel that compiles nothing (ours), until
+    oneDNN would have repaid its setup — never by ATen's, whose convolution is oneDNN's too,
+    however cheap its first call was where it was measured."""
+    monkeypatch.setattr(KernelChooser, "choose", lambda self, key, names, make, default: Choice(
+        "onednn", {"native": 8.0, "onednn": 5.0, "aten": 5.5}, "measured",
+        {"native": 0.0, "onednn": 9.0, "aten": 0.0}))
+    ran: list[tuple[str, tuple]] = []
+
+    def spied(name, made):
+        if made is None:
+            return None
+
+        def call(x, *rest):
+            ran.append((name, tuple(x.shape)))
+            return made(x, *rest)
+        for attr in ("out_shape",):
+            if hasattr(made, attr):
+                setattr(call, attr, getattr(made, attr))
+        if hasattr(made, "into"):
+            call.into = lambda x, out, into=made.into: (ran.append((name, tuple(x.shape))),
+                                                        into(x, out))[1]
+        return call
+
+    for method in ("kernel", "direct"):
+        original = getattr(ConvKernels, method)
+        monkeypatch.setattr(ConvKernels, method, lambda self, name, *a, _original=original:
+                            spied(name, _original(self, name, *a)))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU()).eval()
+    options = sr.StaticModuleOptions(shape_programs=False) if not allocating else \
+        sr.StaticModuleOptions(enable_out_variant=False, optimize_memory=False)
+    mod = sr.StaticModule(torch.jit.script(model), options)
+    assert [pn.kind for pn in mod.plan.nodes()][0] == CONV  # (then the layout back)
+    # (1, 3, 12, 12) measured there; (1, 3, 13, 12) a new shape of its bucket (pixels ≤ 256)
+    _run(mod, model, ((1, 3, 12, 12), (1, 3, 13, 12)), calls=7)
+    new = [name for name, shape in ran if shape == (1, 3, 13, 12)]
+    # 9 µs of setup, 3 µs saved a call: three calls of ours, then oneDNN's
+    assert new == ["native"] * 3 + ["onednn"] * 4, ran
+    assert {name for name, shape in ran if shape == (1, 3, 12, 12)} == {"onednn"}, ran
+    assert "a new size: native for its first 3 calls" in mod.describe()
+
+
+def test_an_interim_as_fast_as_the_choice_serves_new_shapes_for_good():
+    """oneDNN kept by the default's stickiness (``pick``: another must beat it by 5 %) while
+    ours is as fast and compiles nothing: ours serves every new shape."""
+    choice = Choice("onednn", {"native": 828.0, "onednn": 837.0, "aten": 884.0}, "measured",
+                    {"native": 190.0, "onednn": 1100.0, "aten": 150.0})
+    assert choice.interim(PER_SHAPE) == ("native", FOR_GOOD)
+    assert "a new size: native for every call" in choice.describe(PER_SHAPE)
+    # ours' first call dearer than oneDNN's though compiling nothing: no interim... unless
+    # oneDNN's setup makes its own first call dearer still
+    assert Choice("onednn", {"native": 30.0, "onednn": 5.0}, "measured",
+                  {"native": 0.0, "onednn": 20.0}).interim(PER_SHAPE) is None
