@@ -45,7 +45,6 @@ from static_runtime.ops.native.fused import CONV2D_POINTWISE, CONV_POSTOPS, _is_
 from static_runtime.ops.registry import hands_back, labelled, register_measured
 from static_runtime.ops.selection import constant_value
 
-
 #: The candidates whose setup recurs at each input shape (``Choice.interim``): oneDNN compiles a
 #: primitive per shape, and ATen's convolution of a float32 channels-last input is oneDNN's.
 PER_SHAPE = ("onednn", "aten")

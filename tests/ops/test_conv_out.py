@@ -148,7 +148,7 @@ def test_a_new_shape_of_a_bucket_runs_the_interim_kernel_then_the_choice(allocat
     options = sr.StaticModuleOptions(shape_programs=False) if not allocating else \
         sr.StaticModuleOptions(enable_out_variant=False, optimize_memory=False)
     mod = sr.StaticModule(torch.jit.script(model), options)
-    assert [pn.kind for pn in mod.plan.nodes()][0] == CONV  # (then the layout back)
+    assert next(pn.kind for pn in mod.plan.nodes()) == CONV  # (then the layout back)
     # (1, 3, 12, 12) measured there; (1, 3, 13, 12) a new shape of its bucket (pixels ≤ 256)
     _run(mod, model, ((1, 3, 12, 12), (1, 3, 13, 12)), calls=7)
     new = [name for name, shape in ran if shape == (1, 3, 13, 12)]
