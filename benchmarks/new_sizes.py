@@ -9,7 +9,11 @@ brings them, the peers in turn (an order drawn per size) make five calls of that
 request of its own (``Workload.request``: the size's shapes, new values), as a service's
 calls are: until session 21 the five calls repeated one request, and the steady ones found
 the values the first had read in the caches (the recommender's table rows: ~20 % of its
-steady call). Medians over the sizes, and the median of each size's first ÷ steady. The
+steady call). ``steady, mixed``: three more calls of the size, each after a call of another
+size (one of the warm ones), as a size's calls come in traffic of many sizes — back to back,
+the second of two calls finds the first's code, data and tables in the processor's caches,
+which a call of a new size never does. Medians over the sizes, and the median of each size's
+first ÷ steady (and ÷ mixed). The
 kernel choice cache is the one the process is given (``STATIC_RUNTIME_CACHE_DIR``): warm on
 a machine that ran the workload once; with a fresh directory a new row bucket is measured on
 its first call (``traffic.py``'s new-size columns, run on a fresh cache, show that case).
@@ -102,6 +106,7 @@ def probe(name: str, sizes: int, peers: tuple[str, ...]) -> dict:
     clock = time.perf_counter_ns
     firsts: dict[str, list[float]] = defaultdict(list)
     steadies: dict[str, list[float]] = defaultdict(list)
+    mixeds: dict[str, list[float]] = defaultdict(list)
     parts: dict[str, list[float]] = defaultdict(list)
     seconds: list[float] = []
     rng = random.Random(0)
@@ -134,8 +139,15 @@ def probe(name: str, sizes: int, peers: tuple[str, ...]) -> dict:
                     p.fn(*y)
                     calls.append(clock() - start)
                 steady = statistics.median(calls[1:])
+                mixed = []
+                for i, y in enumerate(later[1:4]):
+                    p.fn(*w.inputs(warm[i % len(warm)]))  # (another size between)
+                    start = clock()
+                    p.fn(*y)
+                    mixed.append(clock() - start)
                 firsts[p.name].append(first / 1e3)
                 steadies[p.name].append(steady / 1e3)
+                mixeds[p.name].append(statistics.median(mixed) / 1e3)
                 if ours:
                     inside = first - sum(timing.ns.values()) - steady
                     for attr, label in PARTS.items():
@@ -146,10 +158,12 @@ def probe(name: str, sizes: int, peers: tuple[str, ...]) -> dict:
                     seconds.append((clock() - start) / 1e3)
     out = {"sizes": len(fresh), "peers": {}}
     for p in live:
-        f, s = firsts[p.name], steadies[p.name]
+        f, s, m = firsts[p.name], steadies[p.name], mixeds[p.name]
         out["peers"][p.name] = {
             "first_us": statistics.median(f), "steady_us": statistics.median(s),
-            "first_over_steady": statistics.median(a / b for a, b in zip(f, s))}
+            "first_over_steady": statistics.median(a / b for a, b in zip(f, s)),
+            "mixed_us": statistics.median(m),
+            "first_over_mixed": statistics.median(a / b for a, b in zip(f, m))}
     out["ours_parts_us"] = {k: statistics.median(v) for k, v in parts.items()}
     if seconds:
         out["ours_second_runtime_first_us"] = statistics.median(seconds)
@@ -170,11 +184,13 @@ def main(workloads: str, sizes: int, peers: str) -> None:
         result = probe(name, sizes, tuple(peers.split(",")))
         table = Table(title=f"{name}: the first call of {result['sizes']} new sizes "
                             f"(medians, µs)")
-        for col in ("peer", "first", "steady", "first ÷ steady"):
+        for col in ("peer", "first", "steady", "first ÷ steady", "steady, mixed",
+                    "first ÷ mixed"):
             table.add_column(col, justify="left" if col == "peer" else "right")
         for peer, r in result["peers"].items():
             table.add_row(peer, f"{r['first_us']:.1f}", f"{r['steady_us']:.1f}",
-                          f"{r['first_over_steady']:.2f}")
+                          f"{r['first_over_steady']:.2f}", f"{r['mixed_us']:.1f}",
+                          f"{r['first_over_mixed']:.2f}")
         console.print(table)
         console.print("  ours beyond a steady call: " + ", ".join(
             f"{k} {v:.1f}" for k, v in result["ours_parts_us"].items()))
