@@ -439,6 +439,9 @@ def _print(rows: list[dict]) -> None:
     def geomean(v):
         return math.exp(sum(map(math.log, v)) / len(v)) if v else float("nan")
 
+    if not rows:  # (a model without GEMMs: a conv net's convolutions are listed below)
+        print("no GEMM-like node")
+        return
     big = [r["us"]["chosen"] / r["us"]["ORT"] for r in rows if r["M"] >= 8 and "ORT" in r["us"]]
     print(f"geomean chosen ÷ aten {geomean(ratios_aten):.2f} (max {max(ratios_aten):.2f}); "
           f"chosen ÷ ORT {geomean(ratios_ort):.2f}; at M >= 8: {geomean(big):.2f} "

@@ -44,6 +44,7 @@ from static_runtime.ops.kernels import FOR_GOOD, KernelChooser, size_bucket
 from static_runtime.ops.native.fused import CONV2D_POINTWISE, CONV_POSTOPS, _is_pointwise_1x1
 from static_runtime.ops.registry import hands_back, labelled, register_measured
 from static_runtime.ops.selection import constant_value
+from static_runtime.ops.written import keep_written
 
 #: The candidates whose setup recurs at each input shape (``Choice.interim``): oneDNN compiles a
 #: primitive per shape, and ATen's convolution of a float32 channels-last input is oneDNN's.
@@ -138,6 +139,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
                 calls.pop(key, None)
                 writers.pop(key, None)
                 last_out[0] = None
+                written.clear()
             return call(*args)
 
         return interim
@@ -184,13 +186,19 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
     #: the last call that wrote: (out, x's shape, threads, channels-last, our call); the
     #: arena hands the same out tensor on every call of a layout
     last_out: list[tuple | None] = [None]
+    #: the same facts of the arena tensors written before, by ``id`` (``ops/written``)
+    written: dict[int, tuple] = {}
 
     @hands_back
     @labelled(f"conv2d_pointwise ({attr}): kernel chosen per input shape by measurement, "
               f"into the arena where ours is chosen")
     def out_fn(out, x, w, b, stride_, padding_, dilation_, groups_, attr_):
         c = last_out[0]
-        if c is not None and c[0] is out and x.shape == c[1] and w is weight and b is bias \
+        if c is None or c[0] is not out:
+            c = written.get(id(out))  # (a tensor written before: another layout's)
+            if c is None or c[0]() is not out:
+                return out_slow(out, x, w, b, stride_, padding_, dilation_, groups_, attr_)
+        if x.shape == c[1] and w is weight and b is bias \
                 and x.dtype is f32 and x.is_cpu and c[2] == threads() \
                 and (x.is_contiguous(memory_format=cl) if c[3] else x.is_contiguous()):
             c[4](x, out)
@@ -211,6 +219,7 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
                         and out.data_ptr() != x.data_ptr():
                     writer[0](x, out)
                     last_out[0] = (out, x.shape, key[2], channels_last, writer[0])
+                    keep_written(written, out, *last_out[0][1:])
                     return out
                 return (calls.get(key) or call_for(x, key))(x)  # (its own result)
         return default(x, w, b, stride_, padding_, dilation_, groups_, attr_)

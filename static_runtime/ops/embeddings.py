@@ -169,12 +169,21 @@ def _embedding_bags(node: Node):
     # ((count, bag size, dtype), the bag starts) of the latest call: a size's calls share
     # them. One tuple, replaced whole: the runtimes of a pool call this from their threads.
     last: list[Any] = [(None, None)]
+    # (bag size, dtype) → the starts of the most bags seen, of which any count's are a
+    # prefix: traffic of many sizes comes back to a size after others, and one slot made
+    # them again (an ``arange``) on most calls
+    longest: dict[tuple, torch.Tensor] = {}
 
     def bag_starts(total: int, size: int, dtype: torch.dtype) -> torch.Tensor:
         key = (total, size, dtype)
         kept = last[0]
         if kept[0] != key:
-            kept = last[0] = (key, arange(0, total, size, dtype=dtype))
+            count = -(-total // size)
+            table = longest.get(key[1:])
+            if table is None or table.numel() < count:  # (doubled: few tables made)
+                grown = max(count, 64, 2 * (0 if table is None else table.numel()))
+                table = longest[key[1:]] = arange(0, grown * size, size, dtype=dtype)
+            kept = last[0] = (key, table[:count])
         return kept[1]
 
     @labelled(f"{len(rows)} tables' bags ({_MODES[mode]}) in one embedding_bag call")

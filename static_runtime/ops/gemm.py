@@ -54,6 +54,7 @@ from static_runtime.ops.kernels import FOR_GOOD, PER_SHAPE_SETUP, KernelChooser,
 from static_runtime.ops.native.fused import LINEAR_POINTWISE, LINEAR_POSTOPS
 from static_runtime.ops.registry import labelled, register_measured
 from static_runtime.ops.selection import _LINEAR, constant_value
+from static_runtime.ops.written import keep_written
 
 _ADDMM = ("aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, "
           "Scalar alpha=1) -> Tensor")
@@ -280,6 +281,8 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     #: one tuple: concurrent runtimes at worst replace each other's entry.
     last_out: list[tuple | None] = [None]
     last_fn: list[tuple | None] = [None]
+    #: the out form's facts of the arena tensors written before, by ``id`` (``ops/written``)
+    written: dict[int, tuple] = {}
     #: (x's shape, threads) → that call, for shapes that come back after others (traffic of
     #: every size: a batcher's sizes recur, rarely twice in a row)
     out_calls: dict[tuple, Callable[..., None]] = {}
@@ -350,6 +353,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
                 return call(*args)
             replacement = calls[key] = chosen_call()
             last_out[0] = last_fn[0] = None  # (they may hold this one)
+            written.clear()
             return replacement(*args)
 
         return counted
@@ -405,6 +409,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         if call is None:
             call = remember(out_calls, key, writing_call(x, rows, out, key))
         last_out[0] = (out, x.shape, t, call)
+        keep_written(written, out, x.shape, t, call)
         call(x, out)
         return out
 
@@ -425,8 +430,12 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         if args[i1] is c1 and args[i2] is c2:
             x = args[x_index]
             c = last_out[0]
-            if c is not None and c[0] is out and x.shape == c[1] and x.dtype is f32 \
-                    and x.is_cpu and x.is_contiguous() and c[2] == threads():
+            if c is None or c[0] is not out:
+                c = written.get(id(out))  # (a tensor written before: another layout's)
+                if c is None or c[0]() is not out:
+                    return out_slow(out, x, args)
+            if x.shape == c[1] and x.dtype is f32 and x.is_cpu and x.is_contiguous() \
+                    and c[2] == threads():
                 c[3](x, out)
                 return out
             return out_slow(out, x, args)

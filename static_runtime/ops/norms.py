@@ -35,6 +35,7 @@ from static_runtime.ops.registry import (
     register_native,
 )
 from static_runtime.ops.selection import constant_value
+from static_runtime.ops.written import keep_written
 
 
 def rms_norm_reference(input, weight, eps, dtype=None):
@@ -75,11 +76,16 @@ def _into_arena(what: str, accepts: Callable[..., bool], calls: dict, decide: Ca
     #: the last call that wrote: (out, x's shape, threads, our call); the arena hands the
     #: same out tensor on every call of a layout
     last: list[tuple | None] = [None]
+    #: the same facts of the arena tensors written before, by ``id`` (``ops/written``)
+    written: dict[int, tuple] = {}
 
     def out_fn(out, x, *args):
         c = last[0]
-        if c is not None and c[0] is out and x.shape == c[1] and c[2] == threads() \
-                and accepts(x, *args):
+        if c is None or c[0] is not out:
+            c = written.get(id(out))  # (a tensor written before: another layout's)
+            if c is not None and c[0]() is not out:
+                c = None
+        if c is not None and x.shape == c[1] and c[2] == threads() and accepts(x, *args):
             c[3](x, out)
             return out
         if accepts(x, *args):
@@ -89,6 +95,7 @@ def _into_arena(what: str, accepts: Callable[..., bool], calls: dict, decide: Ca
                 if out.dtype is f32 and out.is_cpu and out.is_contiguous() \
                         and out.shape == x.shape and out.data_ptr() != x.data_ptr():
                     last[0] = (out, x.shape, key[1], call.into)
+                    keep_written(written, out, x.shape, key[1], call.into)
                     call.into(x, out)
                     return out
                 return call(x)  # (its own result)

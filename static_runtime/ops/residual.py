@@ -36,6 +36,7 @@ from static_runtime.ops.registry import (
 )
 from static_runtime.ops.selection import constant_value
 from static_runtime.ops.strides import broadcasts_into
+from static_runtime.ops.written import keep_written
 
 
 def linear_residual_reference(input, weight, bias, residual, attr: str):
@@ -185,11 +186,17 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
     #: our call), so that the next one with the same tensors' shapes (the arena hands the
     #: same out tensor on every call of a layout) checks a few facts and makes one call
     last_out: list[tuple | None] = [None]
+    #: the same facts of the arena tensors written before, by ``id`` (``ops/written``)
+    written: dict[int, tuple] = {}
 
     @labelled(f"linear_residual ({attr}): kernel chosen per row count by measurement, out=")
     def out_fn(out, x, w, b, residual, attr_):
         c = last_out[0]
-        if c is not None and c[0] is out and w is weight and b is bias and x.dtype is f32 \
+        if c is None or c[0] is not out:
+            c = written.get(id(out))  # (a tensor written before: another layout's)
+            if c is None or c[0]() is not out:
+                return out_slow(out, x, w, b, residual, attr_)
+        if w is weight and b is bias and x.dtype is f32 \
                 and residual.dtype is f32 and x.is_cpu and residual.is_cpu \
                 and x.shape == c[1] and residual.shape == c[2] and c[3] == threads() \
                 and x.is_contiguous() and residual.is_contiguous():
@@ -205,6 +212,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
             if found is not None:
                 if found[2] and residual.is_contiguous():
                     last_out[0] = (out, x.shape, residual.shape, threads(), found[0])
+                    keep_written(written, out, *last_out[0][1:])
                 return write(out, x, residual, found)
         return default_out(out, x, w, b, residual, attr_)
 
