@@ -13,10 +13,10 @@ steady call). ``steady, mixed``: three more calls of the size, each after a call
 size (one of the warm ones), as a size's calls come in traffic of many sizes — back to back,
 the second of two calls finds the first's code, data and tables in the processor's caches,
 which a call of a new size never does. Medians over the sizes, and the median of each size's
-first ÷ steady (and ÷ mixed). The
-kernel choice cache is the one the process is given (``STATIC_RUNTIME_CACHE_DIR``): warm on
-a machine that ran the workload once; with a fresh directory a new row bucket is measured on
-its first call (``traffic.py``'s new-size columns, run on a fresh cache, show that case).
+first ÷ steady (and ÷ mixed). The kernel choice cache is the one the process is given
+(``STATIC_RUNTIME_CACHE_DIR``): warm on a machine that ran the workload once; with a fresh
+directory a new row bucket is measured on its first call (``traffic.py``'s new-size columns,
+run on a fresh cache, show that case).
 
 For ours, where a first call's time goes beyond a steady call's (medians over the sizes, µs):
 laying the size out (``prepare``: the shape program evaluated, the regions fitted, the arena

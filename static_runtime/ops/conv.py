@@ -44,7 +44,7 @@ from static_runtime.ops.kernels import FOR_GOOD, KernelChooser, size_bucket
 from static_runtime.ops.native.fused import CONV2D_POINTWISE, CONV_POSTOPS, _is_pointwise_1x1
 from static_runtime.ops.registry import hands_back, labelled, register_measured
 from static_runtime.ops.selection import constant_value
-from static_runtime.ops.written import keep_written
+from static_runtime.ops.written import find_written, keep_written
 
 #: The candidates whose setup recurs at each input shape (``Choice.interim``): oneDNN compiles a
 #: primitive per shape, and ATen's convolution of a float32 channels-last input is oneDNN's.
@@ -91,8 +91,6 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
     #: input shape (oneDNN compiles a primitive: 0.3–1.2 ms a convolution here, more than the
     #: call), the kernel that serves a new shape of the bucket first and for how many calls
     interims: dict[tuple, tuple[str, int] | None] = {}
-    #: bucket key → the input shape whose first call the measuring paid the setup of
-    setup_paid: dict[tuple, torch.Size] = {}
     #: (input shape, channels-last, threads) → calls left to the interim kernel there
     left: dict[tuple, int] = {}
 
@@ -109,8 +107,6 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
         choices[key] = choice
         measured_at[key] = x.shape
         interims[key] = choice.interim(PER_SHAPE)
-        if choice.how == "measured":
-            setup_paid[key] = x.shape
         return choice.name
 
     def serving(x: torch.Tensor, key: tuple) -> tuple[str, bool]:
@@ -121,8 +117,9 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
         bucket = (size_bucket(n_ * h * w), *key[1:])
         name = chosen.get(bucket) or decide(x, bucket)
         later = interims.get(bucket)
-        if later is None or setup_paid.get(bucket) == x.shape:
-            return name, False
+        if later is None or (choices[bucket].how == "measured"
+                             and measured_at[bucket] == x.shape):
+            return name, False  # (the measuring paid the choice's setup at this shape)
         if later[1] == FOR_GOOD:
             return later[0], False
         if key not in left:
@@ -195,8 +192,8 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
     def out_fn(out, x, w, b, stride_, padding_, dilation_, groups_, attr_):
         c = last_out[0]
         if c is None or c[0] is not out:
-            c = written.get(id(out))  # (a tensor written before: another layout's)
-            if c is None or c[0]() is not out:
+            c = find_written(written, out)  # (a tensor written before: another layout's)
+            if c is None:
                 return out_slow(out, x, w, b, stride_, padding_, dilation_, groups_, attr_)
         if x.shape == c[1] and w is weight and b is bias \
                 and x.dtype is f32 and x.is_cpu and c[2] == threads() \

@@ -54,7 +54,7 @@ from static_runtime.ops.kernels import FOR_GOOD, PER_SHAPE_SETUP, KernelChooser,
 from static_runtime.ops.native.fused import LINEAR_POINTWISE, LINEAR_POSTOPS
 from static_runtime.ops.registry import labelled, register_measured
 from static_runtime.ops.selection import _LINEAR, constant_value
-from static_runtime.ops.written import keep_written
+from static_runtime.ops.written import find_written, keep_written
 
 _ADDMM = ("aten::addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, "
           "Scalar alpha=1) -> Tensor")
@@ -431,8 +431,8 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
             x = args[x_index]
             c = last_out[0]
             if c is None or c[0] is not out:
-                c = written.get(id(out))  # (a tensor written before: another layout's)
-                if c is None or c[0]() is not out:
+                c = find_written(written, out)  # (a tensor written before: another layout's)
+                if c is None:
                     return out_slow(out, x, args)
             if x.shape == c[1] and x.dtype is f32 and x.is_cpu and x.is_contiguous() \
                     and c[2] == threads():

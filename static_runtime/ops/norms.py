@@ -35,7 +35,7 @@ from static_runtime.ops.registry import (
     register_native,
 )
 from static_runtime.ops.selection import constant_value
-from static_runtime.ops.written import keep_written
+from static_runtime.ops.written import find_written, keep_written
 
 
 def rms_norm_reference(input, weight, eps, dtype=None):
@@ -82,9 +82,7 @@ def _into_arena(what: str, accepts: Callable[..., bool], calls: dict, decide: Ca
     def out_fn(out, x, *args):
         c = last[0]
         if c is None or c[0] is not out:
-            c = written.get(id(out))  # (a tensor written before: another layout's)
-            if c is not None and c[0]() is not out:
-                c = None
+            c = find_written(written, out)  # (a tensor written before: another layout's)
         if c is not None and x.shape == c[1] and c[2] == threads() and accepts(x, *args):
             c[3](x, out)
             return out

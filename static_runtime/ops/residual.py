@@ -36,7 +36,7 @@ from static_runtime.ops.registry import (
 )
 from static_runtime.ops.selection import constant_value
 from static_runtime.ops.strides import broadcasts_into
-from static_runtime.ops.written import keep_written
+from static_runtime.ops.written import find_written, keep_written
 
 
 def linear_residual_reference(input, weight, bias, residual, attr: str):
@@ -193,8 +193,8 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
     def out_fn(out, x, w, b, residual, attr_):
         c = last_out[0]
         if c is None or c[0] is not out:
-            c = written.get(id(out))  # (a tensor written before: another layout's)
-            if c is None or c[0]() is not out:
+            c = find_written(written, out)  # (a tensor written before: another layout's)
+            if c is None:
                 return out_slow(out, x, w, b, residual, attr_)
         if w is weight and b is bias and x.dtype is f32 \
                 and residual.dtype is f32 and x.is_cpu and residual.is_cpu \

@@ -11,8 +11,9 @@ So each node also keeps the facts of the tensors it wrote before, by the tensor'
 holding the tensor by a weak reference: it neither keeps an arena alive after its runtime
 dropped it nor mistakes a new tensor that took a dead one's ``id`` for it.
 
-A node's call site reads an entry as ``e = written.get(id(out))`` and takes it only if
-``e[0]() is out`` (inlined: a helper's frame is what the lookup saves).
+A node's call site looks its last slot up first (one identity test on the steady path) and
+this table only when the slot holds another tensor (``find_written``). Entries are bounded as
+the kernels' other per-shape caches are (``ckernels.remember``).
 """
 
 from __future__ import annotations
@@ -20,18 +21,17 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-#: the most tensors a node keeps facts for (the oldest dropped): a runtime's layouts of one
-#: structure (``StaticModuleOptions.plan_cache_size``, 256) times a few runtimes of a pool
-#: would want more, but an entry missed only costs the slow path once per layout switch
-MAX_WRITTEN = 512
+from static_runtime.ops.ckernels import remember
 
 
 def keep_written(written: dict[int, tuple], out: Any, *facts: Any) -> None:
     """``written[id(out)] = (a weak reference to out, *facts)``, the oldest entry dropped past
-    ``MAX_WRITTEN``."""
-    if len(written) >= MAX_WRITTEN:
-        try:
-            del written[next(iter(written))]
-        except (RuntimeError, KeyError, StopIteration):  # (another thread changed it)
-            pass
-    written[id(out)] = (weakref.ref(out), *facts)
+    ``ckernels.remember``'s bound."""
+    remember(written, id(out), (weakref.ref(out), *facts))
+
+
+def find_written(written: dict[int, tuple], out: Any) -> tuple | None:
+    """The entry ``keep_written`` made for this very tensor, or None (none was made, or the
+    tensor it was made for is gone and ``out`` took its ``id``)."""
+    entry = written.get(id(out))
+    return entry if entry is not None and entry[0]() is out else None

@@ -16,7 +16,9 @@ from torch import nn
 import static_runtime as sr
 from static_runtime.ops import ckernels, written
 from static_runtime.ops.kernels import Choice
-from static_runtime.ops.written import MAX_WRITTEN, keep_written
+from static_runtime.ops.written import find_written, keep_written
+
+MAX_WRITTEN = ckernels._MAX_SHAPES  # (the kernels' per-shape caches' bound)
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +48,7 @@ def test_a_tensor_is_held_weakly_and_the_entries_are_bounded():
     keep_written(kept, t, "facts")
     entry = kept[id(t)]
     assert entry[0]() is t and entry[1:] == ("facts",)
+    assert find_written(kept, t) is entry and find_written(kept, torch.ones(3)) is None
     ref = weakref.ref(t)
     del t
     gc.collect()
@@ -118,3 +121,6 @@ def test_a_dead_tensors_id_taken_by_a_new_one_is_not_its_entry():
     gc.collect()
     entry = kept.get(address)
     assert entry is not None and entry[0]() is None  # (whatever now has that id, not it)
+    newcomer = torch.ones(4, 4)
+    kept[id(newcomer)] = entry  # (as if the new tensor had taken the dead one's id)
+    assert find_written(kept, newcomer) is None
