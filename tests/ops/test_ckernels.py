@@ -343,3 +343,27 @@ def test_a_flag_set_the_compiler_refuses_falls_back_once_and_names_the_build(tmp
     finally:
         ckernels._built_with = saved
         ckernels.source_digest.cache_clear()
+
+
+def test_per_shape_entries_are_kept_by_plain_tuples_and_bounded():
+    """``remember``'s keys: a ``torch.Size`` (the key itself or an element of it) is kept as
+    the plain tuple it equals — found by either, and an object the cyclic collector stops
+    tracking once collected (an entry is made for every size traffic brings) — and the oldest
+    entry goes once the cache is full."""
+    import gc
+
+    cache: dict = {}
+    for key in (torch.Size([3, 4]), (torch.Size([5, 6]), 1), (torch.Size([2]), torch.Size([2]), 7),
+                (8, 9), 10):
+        assert ckernels.remember(cache, key, str(key)) == str(key)
+        assert cache[key] == str(key)
+    kept = list(cache)
+    assert all(type(k) is not torch.Size for k in kept)
+    assert all(type(e) is not torch.Size for k in kept if isinstance(k, tuple) for e in k)
+    assert kept[:3] == [(3, 4), ((5, 6), 1), ((2,), (2,), 7)]
+    gc.collect()
+    gc.collect()  # (a tuple of tuples: untracked once its elements are)
+    assert not any(gc.is_tracked(k) for k in kept)
+    for i in range(ckernels._MAX_SHAPES):
+        ckernels.remember(cache, ("more", i), i)
+    assert len(cache) == ckernels._MAX_SHAPES and (3, 4) not in cache and ("more", 0) in cache
