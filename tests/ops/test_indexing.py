@@ -49,6 +49,19 @@ def index_bool_mask(x: torch.Tensor, m: torch.Tensor) -> torch.Tensor:
     return x[m]
 
 
+def index_pair_written(x: torch.Tensor, i: torch.Tensor, j: torch.Tensor
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    # ``aten::index`` answers a new tensor: writing it leaves ``x`` as it was, also where an
+    # index is 0-d (which ``Tensor.__getitem__`` reads as an integer and answers with a view)
+    y = x[i, j]
+    y.add_(1.0)
+    return y, x
+
+
+def index_between(x: torch.Tensor, i: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    return x[i, :, j] * 2
+
+
 def index_put_tensor(x: torch.Tensor, idx: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     y = x.clone()
     y[idx] = v
@@ -143,6 +156,20 @@ CASES = [
          [randn(4, 5), torch.tensor([0, 3, 1]), torch.tensor([4, 0, 2])],
          [randn(3, 3, 2), torch.tensor([[0], [2]]), torch.tensor([1, 2])]),
     case("index_bool_mask", index_bool_mask, [randn(3, 4), bools(3, 4)], [randn(5, 2), bools(5)]),
+    # x[i, j] by indices computed at run time: Tensor.__getitem__ where every index is a
+    # tensor of rank >= 1 (int64, int32, bool), aten::index otherwise (ops/selection.py)
+    case("index_pair_written", index_pair_written,
+         [randn(4, 5), torch.tensor([0, 3, -1]), torch.tensor([4, 0, 2], dtype=torch.int32)],
+         [randn(3, 3, 2), torch.tensor(2), torch.tensor(1)]),
+    case("index_pair_bool_and_empty", index_two_tensors,
+         [randn(3, 4), bools(3), torch.tensor([1, 0, 3, 2])[:0]],
+         [randn(2, 2, 5), torch.tensor([True, False]), torch.tensor([[1], [0]])]),
+    case("index_pair_past_the_end_raises", index_two_tensors,
+         [randn(3, 4), torch.tensor([0, 1]), torch.tensor([4, 0])],
+         [randn(3, 4), torch.tensor([2]), torch.tensor([3])]),
+    case("index_between", index_between,
+         [randn(3, 2, 4), torch.tensor([2, 0]), torch.tensor([3, 3])],
+         [randn(2, 5, 3), torch.tensor([[1, 0]]), torch.tensor([2])]),
     case("index_out_of_range_raises", index_tensor, [randn(3), torch.tensor([5])],
          [randn(2, 2), torch.tensor([1])]),
     case("index_select", ts("x, i", "torch.index_select(x, 1, i)"),
