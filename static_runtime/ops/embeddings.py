@@ -13,6 +13,13 @@ The packed tables would take an index past its own table's end for a row of the 
 So the kernel first checks every index against its own table's rows (``0 ≤ i < rows[t]``);
 if one is out, or the indices are not of the rank, dtype or device the kernel takes, the
 lookups run one by one and raise (or compute) exactly what they did before the pass.
+
+Bags in sum or mean mode over float32 tables (``embedding_bags``) are chosen by measurement
+(``kernel_choice="measure"``) per bucket of batch sizes between that and our kernel
+(``ops/ckernels/eltwise.c``, ``sr_embedding_bags``): one pass that checks each index against
+its own table and adds its rows from zero in the order of the indices (a mean divides by the
+bag size), as ``embedding_bag`` does — no range-check pass, no shifted copy of the indices,
+no bag starts; 8.9 against 28.4 µs for 32 rows of eight tables' bags of 4 on the Xeon.
 """
 
 from __future__ import annotations
@@ -25,7 +32,14 @@ import torch.nn.functional as F
 
 from static_runtime.ir.graph import Node
 from static_runtime.ir.own_ops import EMBEDDING_BAG_ROWS, EMBEDDING_BAGS, EMBEDDINGS
-from static_runtime.ops.registry import implement_torch_ops, labelled, register_native
+from static_runtime.ops import ckernels
+from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
+from static_runtime.ops.registry import (
+    implement_torch_ops,
+    labelled,
+    register_measured,
+    register_native,
+)
 from static_runtime.ops.selection import constant_value
 
 _MODES = ("sum", "mean", "max")
@@ -202,6 +216,76 @@ def _embedding_bags(node: Node):
         return out.view(batch, n * packed.width)
 
     return fn
+
+
+@register_measured("static_runtime::embedding_bags")
+def _measured_bags(node: Node, chooser: KernelChooser, default: Any) -> Any:
+    """The bags by measurement (``ops/kernels.py``), per bucket of batch sizes and bag size,
+    between ``aten`` (``default``: the range check, the shift of the indices and one
+    ``embedding_bag``, four operators and two temporaries) and ``native``
+    (``sr_embedding_bags``: one pass checking each index against its own table and adding
+    its rows, in the order ``embedding_bag`` adds them), for sum and mean over float32
+    tables. Anything else, and an index outside its table, runs ``default``."""
+    found = _bag_constants(node, EMBEDDING_BAGS, 1)
+    if found is None or not ckernels.available():
+        return None
+    weight, rows, first, mode = found
+    if mode not in (0, 1) or weight.dtype is not torch.float32 or weight.dim() != 2 \
+            or not weight.is_contiguous() or weight.is_meta or not weight.is_cpu:
+        return None
+    n, width = len(rows), int(weight.shape[1])
+    starts = torch.tensor(list(itertools.accumulate(rows, initial=0))[:-1], dtype=torch.int64)
+    counts = torch.tensor(rows, dtype=torch.int64)
+    block, address = ckernels._block(weight.data_ptr(), starts.data_ptr(), counts.data_ptr(),
+                                      n, width, mode)
+    run = ckernels.library().sr_embedding_bags
+    per_shape = PerShape(chooser, ("aten", "native"))
+    chosen = per_shape.chosen
+    threads, empty, int32, plain = torch.get_num_threads, torch.empty, torch.int32, torch.Tensor
+    keep = (weight, starts, counts, block)  # (what the block's addresses name)
+
+    def ours(x: torch.Tensor) -> torch.Tensor | None:
+        """The bags of ``x`` (batch, n, size), or None where an index is outside its table."""
+        batch, _, size = x.shape
+        sb, st, ss = x.stride()
+        out = empty(batch, n * width)
+        if run(x.data_ptr(), x.dtype is int32, out.data_ptr(), batch, sb, st, ss, size,
+               address):
+            return None
+        return out
+
+    def decide(key, x, args) -> str:
+        def native():
+            out = ours(x)
+            if out is None:
+                raise RuntimeError("an index outside its table")  # (dropped: ATen's answers)
+            return out
+
+        return per_shape.choose(
+            key, f"embedding_bags {_MODES[mode]} float32 batch<={key[0][0]} tables={n} "
+                 f"bag={key[0][2]} width={width}",
+            lambda: {"aten": lambda: default(*args), "native": native})
+
+    @labelled(f"{n} tables' bags ({_MODES[mode]}): kernel chosen per batch size by "
+              "measurement")
+    def fn(indices, w, rows_, first_, mode_, end=None, step=None, _keep=keep):
+        if w is weight and type(indices) is plain and indices.dim() == 3 \
+                and indices.dtype in _INDEX_DTYPES and indices.is_cpu \
+                and indices.shape[1] >= first + n and indices.shape[2] > 0 \
+                and indices.shape[0] > 0 and (end is None or (
+                    step == indices.shape[2] and end == indices.shape[0] * step)):
+            x = indices.narrow(1, first, n) if first or indices.shape[1] != n else indices
+            key = ((size_bucket(x.shape[0]), n, x.shape[2]), threads())
+            name = chosen.get(key) or decide(
+                key, x, (indices, w, rows_, first_, mode_, end, step))
+            if name == "native":
+                out = ours(x)
+                if out is not None:
+                    return out
+        return default(indices, w, rows_, first_, mode_, end, step)
+
+    return per_shape.expose(fn, ("embedding_bags", n, width, mode), ("batch<=", "tables=",
+                                                                     "bag="))
 
 
 @register_native("static_runtime::embedding_bag_rows")

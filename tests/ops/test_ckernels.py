@@ -367,3 +367,43 @@ def test_per_shape_entries_are_kept_by_plain_tuples_and_bounded():
     for i in range(ckernels._MAX_SHAPES):
         ckernels.remember(cache, ("more", i), i)
     assert len(cache) == ckernels._MAX_SHAPES and (3, 4) not in cache and ("more", 0) in cache
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_embedding_bags_kernel_adds_each_tables_rows_as_embedding_bag(mode, dtype):
+    """``sr_embedding_bags`` (``static_runtime::embedding_bags``' kernel): per row of the
+    batch and table, the sum or mean of the rows its indices name in that table, the same bits
+    as ``embedding_bag`` of each table; indices read through strides (the tables' columns of a
+    wider tensor); an index outside its own table returns -1 and writes nothing."""
+    import itertools
+
+    lib = ckernels.library()
+    g = torch.Generator().manual_seed(mode)
+    rows = [7, 50, 13]
+    tables = [torch.randn(r, 20, generator=g) for r in rows]  # (20: a vector and a part)
+    weight = torch.cat(tables)
+    starts = torch.tensor(list(itertools.accumulate(rows, initial=0))[:-1])
+    counts = torch.tensor(rows)
+    _, address = ckernels._block(weight.data_ptr(), starts.data_ptr(), counts.data_ptr(),
+                                 len(rows), 20, mode)
+    for batch, size in ((9, 3), (1, 1), (33, 5)):
+        wide = torch.stack([torch.randint(0, 5, (batch, size), generator=g)]
+                           + [torch.randint(0, r, (batch, size), generator=g) for r in rows],
+                           1).to(dtype)
+        x = wide[:, 1:]  # (strided: the columns after the first)
+        before = wide.clone()
+        out = torch.full((batch, 60), float("nan"))
+        status = lib.sr_embedding_bags(x.data_ptr(), dtype is torch.int32, out.data_ptr(),
+                                       batch, *x.stride(), size, address)
+        expected = torch.cat([nn.functional.embedding_bag(x[:, t].long(), tables[t],
+                                                          mode=("sum", "mean")[mode])
+                              for t in range(len(rows))], 1)
+        assert status == 0 and torch.equal(out, expected) and torch.equal(wide, before)
+        for t, bad in ((0, 7), (2, -1), (1, 50)):
+            y = x.clone()
+            y[batch - 1, t, size - 1] = bad
+            out = torch.full((batch, 60), 5.0)
+            assert lib.sr_embedding_bags(y.data_ptr(), dtype is torch.int32, out.data_ptr(),
+                                         batch, *y.stride(), size, address) == -1
+            assert (out == 5.0).all()

@@ -106,3 +106,52 @@ void sr_rotary_add(float *out, const float *x, const float *sin, const int64_t *
                 }
             }
 }
+
+/* Bags of one size in tables laid end to end (``static_runtime::embedding_bags``): for each
+   of the block's ``batch`` rows b and ``n`` tables t, the sum (mode 0) or mean (mode 1) of the
+   ``size`` rows of ``weight`` (``width`` floats each) named by x[b, t, 0..size) — indices into
+   table t, whose rows start at row first[t] of ``weight`` — written to out[b, t * width ...]
+   (out contiguous, batch × n·width). The rows are added in the order of the indices starting
+   from zero, and a mean divides the sum by ``size``, as ``embedding_bag``'s CPU kernel does:
+   the same bits. Returns -1, writing nothing, if an index is outside its own table
+   [0, rows[t]): the caller runs the lookups one by one, which raise. ``x`` holds int64
+   (``is32`` 0) or int32 indices, with strides (in elements) sb, st, ss. The sizes of a call
+   are arguments, not a block made per size (traffic brings a new batch size on most calls).
+
+   node: weight, first, rows (addresses), n, width, mode — one block a node. */
+__attribute__((optimize("fp-contract=off")))
+int sr_embedding_bags(const void *x, int is32, float *out, int64_t batch, int64_t sb,
+                      int64_t st, int64_t ss, int64_t size, const int64_t *node) {
+    const float *weight = (const float *)(intptr_t)node[0];
+    const int64_t *first = (const int64_t *)(intptr_t)node[1];
+    const int64_t *rows = (const int64_t *)(intptr_t)node[2];
+    const int64_t n = node[3], width = node[4], mode = node[5];
+    const int64_t *x64 = (const int64_t *)x;
+    const int32_t *x32 = (const int32_t *)x;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t s = 0; s < size; s++) {
+                int64_t at = b * sb + t * st + s * ss;
+                int64_t i = is32 ? (int64_t)x32[at] : x64[at];
+                if (i < 0 || i >= rows[t]) return -1;
+            }
+    const float count = (float)size;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t t = 0; t < n; t++) {
+            float *o = out + (b * n + t) * width;
+            int64_t j = 0;
+            for (; j < width; j += 16) {
+                int64_t left = width - j < 16 ? width - j : 16;
+                v16 acc = {0};
+                for (int64_t s = 0; s < size; s++) {
+                    int64_t at = b * sb + t * st + s * ss;
+                    int64_t i = is32 ? (int64_t)x32[at] : x64[at];
+                    const float *row = weight + (first[t] + i) * width + j;
+                    acc += left == 16 ? sr_load16(row, 16) : sr_load16(row, left);
+                }
+                if (mode == 1) acc /= count;
+                sr_store16(o + j, acc, left);
+            }
+        }
+    return 0;
+}
