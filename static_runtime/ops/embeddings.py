@@ -14,12 +14,13 @@ So the kernel first checks every index against its own table's rows (``0 ≤ i <
 if one is out, or the indices are not of the rank, dtype or device the kernel takes, the
 lookups run one by one and raise (or compute) exactly what they did before the pass.
 
-Bags in sum or mean mode over float32 tables (``embedding_bags``) are chosen by measurement
-(``kernel_choice="measure"``) per bucket of batch sizes between that and our kernel
-(``ops/ckernels/eltwise.c``, ``sr_embedding_bags``): one pass that checks each index against
-its own table and adds its rows from zero in the order of the indices (a mean divides by the
-bag size), as ``embedding_bag`` does — no range-check pass, no shifted copy of the indices,
-no bag starts; 8.9 against 28.4 µs for 32 rows of eight tables' bags of 4 on the Xeon.
+Bags in sum or mean mode over float32 tables (``embedding_bags``, ``embedding_bag_rows``)
+are chosen by measurement (``kernel_choice="measure"``) per bucket of sizes between that and
+our kernels (``ops/ckernels/eltwise.c``, ``sr_embedding_bags``, ``sr_embedding_bag_rows``):
+one pass that makes the same checks (each index against its own table; the bag starts) and
+adds each bag's rows from zero in the order of the indices (a mean divides by the bag size),
+as ``embedding_bag`` does — no check passes of their own, no shifted copies of the indices
+or starts; 8.9 against 28.4 µs for 32 rows of eight tables' bags of 4 on the Xeon.
 """
 
 from __future__ import annotations
@@ -348,6 +349,80 @@ def _embedding_bag_rows(node: Node):
         return out
 
     return fn
+
+
+@register_measured("static_runtime::embedding_bag_rows")
+def _measured_rows(node: Node, chooser: KernelChooser, default: Any) -> Any:
+    """The bags by rows of flat indices (DLRM's) by measurement, per bucket of bag counts and
+    of row lengths, between ``aten`` (``default``: the range check, the bag starts' checks,
+    the shifted indices and starts and one ``embedding_bag``, ~ten operators) and ``native``
+    (``sr_embedding_bag_rows``: the same checks and each bag's rows added in one pass, in
+    ``embedding_bag``'s order), for sum and mean over float32 tables. Ours writes the result
+    contiguous, as the lookups one by one stack it. Anything else, and what the checks
+    refuse, runs ``default``."""
+    found = _bag_constants(node, EMBEDDING_BAG_ROWS, 2)
+    if found is None or not ckernels.available():
+        return None
+    weight, rows, first, mode = found
+    if mode not in (0, 1) or weight.dtype is not torch.float32 or weight.dim() != 2 \
+            or not weight.is_contiguous() or weight.is_meta or not weight.is_cpu:
+        return None
+    n, width = len(rows), int(weight.shape[1])
+    starts = torch.tensor(list(itertools.accumulate(rows, initial=0))[:-1], dtype=torch.int64)
+    counts = torch.tensor(rows, dtype=torch.int64)
+    block, address = ckernels._block(weight.data_ptr(), starts.data_ptr(), counts.data_ptr(),
+                                      n, width, mode)
+    run = ckernels.library().sr_embedding_bag_rows
+    per_shape = PerShape(chooser, ("aten", "native"))
+    chosen = per_shape.chosen
+    threads, empty, int32, plain = torch.get_num_threads, torch.empty, torch.int32, torch.Tensor
+    keep = (weight, starts, counts, block)  # (what the block's addresses name)
+
+    def ours(x: torch.Tensor, o: torch.Tensor) -> torch.Tensor | None:
+        """The bags of the tables' rows ``x`` and starts ``o``, or None where the checks
+        refuse them."""
+        bags = o.shape[1]
+        out = empty(bags, n, width)
+        sx, so = x.stride(), o.stride()
+        if run(x.data_ptr(), x.dtype is int32, sx[0], sx[1], o.data_ptr(), o.dtype is int32,
+               so[0], so[1], x.shape[1], bags, out.data_ptr(), address):
+            return None
+        return out
+
+    def decide(key, x, o, args) -> str:
+        def native():
+            out = ours(x, o)
+            if out is None:
+                raise RuntimeError("refused by the checks")  # (dropped: ATen's answers)
+            return out
+
+        return per_shape.choose(
+            key, f"embedding_bag_rows {_MODES[mode]} float32 bags<={key[0][0]} tables={n} "
+                 f"length<={key[0][2]} width={width}",
+            lambda: {"aten": lambda: default(*args), "native": native})
+
+    @labelled(f"{n} tables' bags ({_MODES[mode]}) by rows of flat indices: kernel chosen "
+              "per bag count by measurement")
+    def fn(indices, offsets, w, rows_, first_, mode_, _keep=keep):
+        if w is weight and type(indices) is plain and type(offsets) is plain \
+                and indices.dim() == 2 and offsets.dim() == 2 \
+                and indices.dtype in _INDEX_DTYPES and offsets.dtype in _INDEX_DTYPES \
+                and indices.is_cpu and offsets.is_cpu and indices.shape[0] >= first + n \
+                and offsets.shape[0] >= first + n and offsets.shape[1] > 0 \
+                and indices.shape[1] > 0:
+            x = indices.narrow(0, first, n) if first or indices.shape[0] != n else indices
+            o = offsets.narrow(0, first, n) if first or offsets.shape[0] != n else offsets
+            key = ((size_bucket(o.shape[1]), n, size_bucket(x.shape[1])), threads())
+            args = (indices, offsets, w, rows_, first_, mode_)
+            name = chosen.get(key) or decide(key, x, o, args)
+            if name == "native":
+                out = ours(x, o)
+                if out is not None:
+                    return out
+        return default(indices, offsets, w, rows_, first_, mode_)
+
+    return per_shape.expose(fn, ("embedding_bag_rows", n, width, mode),
+                            ("bags<=", "tables=", "length<="))
 
 
 implement_torch_ops(((EMBEDDINGS, embeddings_reference),

@@ -407,3 +407,56 @@ def test_embedding_bags_kernel_adds_each_tables_rows_as_embedding_bag(mode, dtyp
             assert lib.sr_embedding_bags(y.data_ptr(), dtype is torch.int32, out.data_ptr(),
                                          batch, *y.stride(), size, address) == -1
             assert (out == 5.0).all()
+
+
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_embedding_bag_rows_kernel_adds_each_bag_as_embedding_bag(mode, dtype):
+    """``sr_embedding_bag_rows`` (``static_runtime::embedding_bag_rows``' kernel): per table,
+    the bags its row of bag starts cuts its row of indices into, summed or averaged as
+    ``embedding_bag`` with those offsets does (the same bits; an empty bag 0), contiguous
+    (bags, tables, width); what the tables end to end would hide returns -1 and writes
+    nothing: an index outside its own table, a first start other than 0, starts decreasing,
+    a start past the row's length."""
+    import itertools
+
+    lib = ckernels.library()
+    g = torch.Generator().manual_seed(10 + mode)
+    rows = [7, 50, 13]
+    tables = [torch.randn(r, 20, generator=g) for r in rows]
+    weight = torch.cat(tables)
+    starts = torch.tensor(list(itertools.accumulate(rows, initial=0))[:-1])
+    counts = torch.tensor(rows)
+    _, address = ckernels._block(weight.data_ptr(), starts.data_ptr(), counts.data_ptr(),
+                                 len(rows), 20, mode)
+
+    def call(x, o, out):
+        return lib.sr_embedding_bag_rows(x.data_ptr(), x.dtype is torch.int32, *x.stride(),
+                                         o.data_ptr(), o.dtype is torch.int32, *o.stride(),
+                                         x.shape[1], o.shape[1], out.data_ptr(), address)
+
+    for length, o_row in ((9, [0, 2, 2, 7]), (1, [0]), (30, [0, 0, 13, 29])):
+        x = torch.stack([torch.randint(0, r, (length,), generator=g) for r in rows]).to(dtype)
+        o = torch.tensor([o_row] * len(rows), dtype=dtype).t().contiguous().t()  # (strided)
+        out = torch.full((len(o_row), len(rows), 20), float("nan"))
+        expected = torch.stack([nn.functional.embedding_bag(
+            x[t].long(), tables[t], o[t].long(), mode=("sum", "mean")[mode])
+            for t in range(len(rows))], 1)
+        assert call(x, o, out) == 0 and torch.equal(out, expected)
+        for bad in ("index", "negative", "first start", "decreasing", "past the end"):
+            y, p = x.clone(), o.clone()
+            if bad == "index":
+                y[1, length - 1] = rows[1]
+            elif bad == "negative":
+                y[2, 0] = -1
+            elif bad == "first start":
+                p[0, 0] = 1
+            elif bad == "decreasing" and p.shape[1] > 2:
+                p[1, 2] = p[1, 1] - 1
+            elif bad == "past the end":
+                p[2, -1] = length + 1
+            else:
+                continue
+            out = torch.full((len(o_row), len(rows), 20), 5.0)
+            assert call(y, p, out) == -1, bad
+            assert (out == 5.0).all()

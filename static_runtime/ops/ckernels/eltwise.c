@@ -155,3 +155,57 @@ int sr_embedding_bags(const void *x, int is32, float *out, int64_t batch, int64_
         }
     return 0;
 }
+
+/* Bags by rows of flat indices with bag starts (``static_runtime::embedding_bag_rows``,
+   DLRM's form): for each of ``n`` tables t, row t of ``idx`` holds ``length`` indices into
+   table t (whose rows start at row first[t] of ``weight``) and row t of ``off`` the starts of
+   its ``bags`` bags, each running to the next start (the last to ``length``). Writes the sum
+   (mode 0) or mean (mode 1; 0 for an empty bag) of each bag's rows to out[b, t, :] (out
+   contiguous, bags × n × width), the rows added from zero in the order of the indices, as
+   ``embedding_bag`` adds them. Returns -1, writing nothing, unless every row's first start is
+   0, its starts do not decrease and none is past ``length`` (end to end, a bag running past
+   its row would take the next row's indices), and every index is inside its own table: the
+   caller then runs the lookups one by one, which raise or compute what they do. Indices and
+   starts are int64, or int32 where idx32 / off32; strides in elements.
+
+   node: weight, first, rows (addresses), n, width, mode — one block a node. */
+__attribute__((optimize("fp-contract=off")))
+int sr_embedding_bag_rows(const void *idx, int idx32, int64_t si_t, int64_t si_j,
+                          const void *off, int off32, int64_t so_t, int64_t so_b,
+                          int64_t length, int64_t bags, float *out, const int64_t *node) {
+    const float *weight = (const float *)(intptr_t)node[0];
+    const int64_t *first = (const int64_t *)(intptr_t)node[1];
+    const int64_t *rows = (const int64_t *)(intptr_t)node[2];
+    const int64_t n = node[3], width = node[4], mode = node[5];
+#define SR_AT(p, is32, k) ((is32) ? (int64_t)((const int32_t *)(p))[k] : ((const int64_t *)(p))[k])
+    for (int64_t t = 0; t < n; t++) {
+        if (SR_AT(off, off32, t * so_t) != 0) return -1;
+        for (int64_t b = 0; b < bags; b++) {
+            int64_t start = SR_AT(off, off32, t * so_t + b * so_b);
+            int64_t end = b + 1 < bags ? SR_AT(off, off32, t * so_t + (b + 1) * so_b) : length;
+            if (end < start || end > length) return -1;
+        }
+        for (int64_t j = 0; j < length; j++) {
+            int64_t i = SR_AT(idx, idx32, t * si_t + j * si_j);
+            if (i < 0 || i >= rows[t]) return -1;
+        }
+    }
+    for (int64_t b = 0; b < bags; b++)
+        for (int64_t t = 0; t < n; t++) {
+            int64_t start = SR_AT(off, off32, t * so_t + b * so_b);
+            int64_t end = b + 1 < bags ? SR_AT(off, off32, t * so_t + (b + 1) * so_b) : length;
+            float *o = out + (b * n + t) * width;
+            for (int64_t c = 0; c < width; c += 16) {
+                int64_t left = width - c < 16 ? width - c : 16;
+                v16 acc = {0};
+                for (int64_t j = start; j < end; j++) {
+                    int64_t i = SR_AT(idx, idx32, t * si_t + j * si_j);
+                    acc += sr_load16(weight + (first[t] + i) * width + c, left);
+                }
+                if (mode == 1 && end > start) acc /= (float)(end - start);
+                sr_store16(o + c, acc, left);
+            }
+        }
+#undef SR_AT
+    return 0;
+}
