@@ -14,13 +14,15 @@ So the kernel first checks every index against its own table's rows (``0 ≤ i <
 if one is out, or the indices are not of the rank, dtype or device the kernel takes, the
 lookups run one by one and raise (or compute) exactly what they did before the pass.
 
-Bags in sum or mean mode over float32 tables (``embedding_bags``, ``embedding_bag_rows``)
-are chosen by measurement (``kernel_choice="measure"``) per bucket of sizes between that and
-our kernels (``ops/ckernels/eltwise.c``, ``sr_embedding_bags``, ``sr_embedding_bag_rows``):
-one pass that makes the same checks (each index against its own table; the bag starts) and
-adds each bag's rows from zero in the order of the indices (a mean divides by the bag size),
-as ``embedding_bag`` does — no check passes of their own, no shifted copies of the indices
-or starts; 8.9 against 28.4 µs for 32 rows of eight tables' bags of 4 on the Xeon.
+Over float32 tables, lookups of a 2-D index tensor (``embeddings``) and bags in sum or mean
+mode (``embedding_bags``, ``embedding_bag_rows``) are chosen by measurement
+(``kernel_choice="measure"``) per bucket of sizes between that and our kernels
+(``ops/ckernels/eltwise.c``: ``sr_embeddings``, ``sr_embedding_bags``,
+``sr_embedding_bag_rows``): one pass that makes the same checks (each index against its own
+table; the bag starts) and copies each row, or adds each bag's rows from zero in the order of
+the indices (a mean divides by the bag size), as ``embedding_bag`` does — no check passes of
+their own, no shifted copies of the indices or starts; 8.9 against 28.4 µs for 32 rows of
+eight tables' bags of 4 on the Xeon.
 """
 
 from __future__ import annotations
@@ -219,6 +221,78 @@ def _embedding_bags(node: Node):
     return fn
 
 
+def _table_block(weight: torch.Tensor, rows: list[int], *rest: int) -> tuple:
+    """What our kernels keep for a node: the argument block (the tables' address, each
+    table's first row and row count, then ``rest``), its address, and the objects its
+    addresses name (to be held while the block is)."""
+    starts = torch.tensor(list(itertools.accumulate(rows, initial=0))[:-1], dtype=torch.int64)
+    counts = torch.tensor(rows, dtype=torch.int64)
+    block, address = ckernels._block(weight.data_ptr(), starts.data_ptr(), counts.data_ptr(),
+                                      len(rows), *rest)
+    return block, address, (weight, starts, counts, block)
+
+
+def _float_tables(weight: Any) -> bool:
+    return (isinstance(weight, torch.Tensor) and weight.dtype is torch.float32
+            and weight.dim() == 2 and weight.is_contiguous() and not weight.is_meta
+            and weight.is_cpu)
+
+
+@register_measured("static_runtime::embeddings")
+def _measured_lookups(node: Node, chooser: KernelChooser, default: Any) -> Any:
+    """The lookups of a 2-D index tensor by measurement, per bucket of batch sizes, between
+    ``aten`` (``default``: the range check, the shifted indices and one ``embedding``) and
+    ``native`` (``sr_embeddings``: each index checked against its own table, then each row
+    copied), for float32 tables. Anything else, and an index outside its table, runs
+    ``default``."""
+    if node.schema != EMBEDDINGS or not ckernels.available():
+        return None
+    weight, rows, first = (constant_value(v) for v in node.inputs[1:4])
+    if not _float_tables(weight) or not isinstance(rows, list) or type(first) is not int:
+        return None
+    n, width = len(rows), int(weight.shape[1])
+    _, address, keep = _table_block(weight, rows, width)
+    run = ckernels.library().sr_embeddings
+    per_shape = PerShape(chooser, ("aten", "native"))
+    chosen = per_shape.chosen
+    threads, empty, int32, plain = torch.get_num_threads, torch.empty, torch.int32, torch.Tensor
+
+    def ours(x: torch.Tensor) -> torch.Tensor | None:
+        batch = x.shape[0]
+        sb, st = x.stride()
+        out = empty(batch, n * width)
+        if run(x.data_ptr(), x.dtype is int32, batch, sb, st, out.data_ptr(), address):
+            return None
+        return out
+
+    def decide(key, x, args) -> str:
+        def native():
+            out = ours(x)
+            if out is None:
+                raise RuntimeError("an index outside its table")  # (dropped: ATen's answers)
+            return out
+
+        return per_shape.choose(
+            key, f"embeddings float32 batch<={key[0][0]} tables={n} width={width}",
+            lambda: {"aten": lambda: default(*args), "native": native})
+
+    @labelled(f"{n} tables looked up: kernel chosen per batch size by measurement")
+    def fn(indices, w, rows_, first_, _keep=keep):
+        if w is weight and type(indices) is plain and indices.dim() == 2 \
+                and indices.dtype in _INDEX_DTYPES and indices.is_cpu \
+                and indices.shape[1] >= first + n and indices.shape[0] > 0:
+            x = indices.narrow(1, first, n) if first or indices.shape[1] != n else indices
+            key = ((size_bucket(x.shape[0]), n), threads())
+            name = chosen.get(key) or decide(key, x, (indices, w, rows_, first_))
+            if name == "native":
+                out = ours(x)
+                if out is not None:
+                    return out
+        return default(indices, w, rows_, first_)
+
+    return per_shape.expose(fn, ("embeddings", n, width), ("batch<=", "tables="))
+
+
 @register_measured("static_runtime::embedding_bags")
 def _measured_bags(node: Node, chooser: KernelChooser, default: Any) -> Any:
     """The bags by measurement (``ops/kernels.py``), per bucket of batch sizes and bag size,
@@ -231,19 +305,14 @@ def _measured_bags(node: Node, chooser: KernelChooser, default: Any) -> Any:
     if found is None or not ckernels.available():
         return None
     weight, rows, first, mode = found
-    if mode not in (0, 1) or weight.dtype is not torch.float32 or weight.dim() != 2 \
-            or not weight.is_contiguous() or weight.is_meta or not weight.is_cpu:
+    if mode not in (0, 1) or not _float_tables(weight):
         return None
     n, width = len(rows), int(weight.shape[1])
-    starts = torch.tensor(list(itertools.accumulate(rows, initial=0))[:-1], dtype=torch.int64)
-    counts = torch.tensor(rows, dtype=torch.int64)
-    block, address = ckernels._block(weight.data_ptr(), starts.data_ptr(), counts.data_ptr(),
-                                      n, width, mode)
+    _, address, keep = _table_block(weight, rows, width, mode)
     run = ckernels.library().sr_embedding_bags
     per_shape = PerShape(chooser, ("aten", "native"))
     chosen = per_shape.chosen
     threads, empty, int32, plain = torch.get_num_threads, torch.empty, torch.int32, torch.Tensor
-    keep = (weight, starts, counts, block)  # (what the block's addresses name)
 
     def ours(x: torch.Tensor) -> torch.Tensor | None:
         """The bags of ``x`` (batch, n, size), or None where an index is outside its table."""
@@ -364,19 +433,14 @@ def _measured_rows(node: Node, chooser: KernelChooser, default: Any) -> Any:
     if found is None or not ckernels.available():
         return None
     weight, rows, first, mode = found
-    if mode not in (0, 1) or weight.dtype is not torch.float32 or weight.dim() != 2 \
-            or not weight.is_contiguous() or weight.is_meta or not weight.is_cpu:
+    if mode not in (0, 1) or not _float_tables(weight):
         return None
     n, width = len(rows), int(weight.shape[1])
-    starts = torch.tensor(list(itertools.accumulate(rows, initial=0))[:-1], dtype=torch.int64)
-    counts = torch.tensor(rows, dtype=torch.int64)
-    block, address = ckernels._block(weight.data_ptr(), starts.data_ptr(), counts.data_ptr(),
-                                      n, width, mode)
+    _, address, keep = _table_block(weight, rows, width, mode)
     run = ckernels.library().sr_embedding_bag_rows
     per_shape = PerShape(chooser, ("aten", "native"))
     chosen = per_shape.chosen
     threads, empty, int32, plain = torch.get_num_threads, torch.empty, torch.int32, torch.Tensor
-    keep = (weight, starts, counts, block)  # (what the block's addresses name)
 
     def ours(x: torch.Tensor, o: torch.Tensor) -> torch.Tensor | None:
         """The bags of the tables' rows ``x`` and starts ``o``, or None where the checks

@@ -460,3 +460,42 @@ def test_embedding_bag_rows_kernel_adds_each_bag_as_embedding_bag(mode, dtype):
             out = torch.full((len(o_row), len(rows), 20), 5.0)
             assert call(y, p, out) == -1, bad
             assert (out == 5.0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_embeddings_kernel_copies_each_tables_row(dtype):
+    """``sr_embeddings`` (``static_runtime::embeddings``' kernel of a 2-D index tensor): row
+    ``x[b, t]`` of table t at ``out[b, t * width ...]``, as ``embedding`` of each table
+    concatenated; indices read through strides; an index outside its own table returns -1
+    and writes nothing."""
+    lib = ckernels.library()
+    g = torch.Generator().manual_seed(3)
+    rows = [7, 50, 13]
+    tables = [torch.randn(r, 20, generator=g) for r in rows]
+    _, address, keep = _table_block_for_test(tables, rows)
+    for batch in (1, 9, 33):
+        wide = torch.stack([torch.randint(0, 5, (batch,), generator=g)]
+                           + [torch.randint(0, r, (batch,), generator=g) for r in rows],
+                           1).to(dtype)
+        x = wide[:, 1:]
+        out = torch.full((batch, 60), float("nan"))
+        assert lib.sr_embeddings(x.data_ptr(), dtype is torch.int32, batch, *x.stride(),
+                                 out.data_ptr(), address) == 0
+        expected = torch.cat([nn.functional.embedding(x[:, t].long(), tables[t])
+                              for t in range(len(rows))], 1)
+        assert torch.equal(out, expected)
+        for t, bad in ((0, 7), (2, -1), (1, 50)):
+            y = x.clone()
+            y[batch - 1, t] = bad
+            out = torch.full((batch, 60), 5.0)
+            assert lib.sr_embeddings(y.data_ptr(), dtype is torch.int32, batch, *y.stride(),
+                                     out.data_ptr(), address) == -1
+            assert (out == 5.0).all()
+    del keep
+
+
+def _table_block_for_test(tables, rows):
+    from static_runtime.ops.embeddings import _table_block
+
+    weight = torch.cat(tables)
+    return _table_block(weight, rows, int(weight.shape[1]))

@@ -238,6 +238,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.sr_embedding_bag_rows.restype = ctypes.c_int
     lib.sr_embedding_bag_rows.argtypes = [_PTR, ctypes.c_int, _I64, _I64, _PTR, ctypes.c_int,
                                           _I64, _I64, _I64, _I64, _PTR, _PTR]
+    lib.sr_embeddings.restype = ctypes.c_int
+    lib.sr_embeddings.argtypes = [_PTR, ctypes.c_int, _I64, _I64, _I64, _PTR, _PTR]
     lib.sr_gemm_res_block.restype = None
     lib.sr_gemm_res_block.argtypes = [_PTR, _PTR, _PTR, _PTR]
     lib.sr_rms_norm.restype = None

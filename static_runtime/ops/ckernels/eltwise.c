@@ -209,3 +209,33 @@ int sr_embedding_bag_rows(const void *idx, int idx32, int64_t si_t, int64_t si_j
 #undef SR_AT
     return 0;
 }
+
+/* Lookups in tables laid end to end (``static_runtime::embeddings``, a 2-D ``x``): for each
+   of ``batch`` rows b and ``n`` tables t, row x[b, t] of table t (whose rows start at row
+   first[t] of ``weight``) copied to out[b, t * width ...] (out contiguous, batch × n·width).
+   Returns -1, writing nothing, if an index is outside its own table [0, rows[t]): the caller
+   runs the lookups one by one, which raise. ``x`` int64, or int32 where ``is32``; strides
+   in elements.
+
+   node: weight, first, rows (addresses), n, width — one block a node. */
+int sr_embeddings(const void *x, int is32, int64_t batch, int64_t sb, int64_t st, float *out,
+                  const int64_t *node) {
+    const float *weight = (const float *)(intptr_t)node[0];
+    const int64_t *first = (const int64_t *)(intptr_t)node[1];
+    const int64_t *rows = (const int64_t *)(intptr_t)node[2];
+    const int64_t n = node[3], width = node[4];
+    const int64_t *x64 = (const int64_t *)x;
+    const int32_t *x32 = (const int32_t *)x;
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t t = 0; t < n; t++) {
+            int64_t i = is32 ? (int64_t)x32[b * sb + t * st] : x64[b * sb + t * st];
+            if (i < 0 || i >= rows[t]) return -1;
+        }
+    for (int64_t b = 0; b < batch; b++)
+        for (int64_t t = 0; t < n; t++) {
+            int64_t i = is32 ? (int64_t)x32[b * sb + t * st] : x64[b * sb + t * st];
+            memcpy(out + (b * n + t) * width, weight + (first[t] + i) * width,
+                   (size_t)width * sizeof(float));
+        }
+    return 0;
+}
