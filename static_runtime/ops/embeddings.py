@@ -238,6 +238,28 @@ def _float_tables(weight: Any) -> bool:
             and weight.is_cpu)
 
 
+def _decider(per_shape: PerShape, ours: Any, default: Any) -> Any:
+    """``decide(key, problem, ours_args, args)``: the kernel for a bucket, measured (or
+    remembered) between ``default(*args)`` and ``ours(*ours_args)``. A call whose arguments
+    our checks refuse (an index outside its table) decides nothing: ATen's form answers it,
+    and the bucket is measured on a later call — measured now, ours would be dropped and
+    ATen's form kept for the bucket, on disk too."""
+    def decide(key: tuple, problem: str, ours_args: tuple, args: tuple) -> str:
+        if ours(*ours_args) is None:
+            return "aten"
+
+        def native():
+            out = ours(*ours_args)
+            if out is None:
+                raise RuntimeError("refused by the kernel's checks")
+            return out
+
+        return per_shape.choose(key, problem, lambda: {"aten": lambda: default(*args),
+                                                       "native": native})
+
+    return decide
+
+
 @register_measured("static_runtime::embeddings")
 def _measured_lookups(node: Node, chooser: KernelChooser, default: Any) -> Any:
     """The lookups of a 2-D index tensor by measurement, per bucket of batch sizes, between
@@ -265,16 +287,7 @@ def _measured_lookups(node: Node, chooser: KernelChooser, default: Any) -> Any:
             return None
         return out
 
-    def decide(key, x, args) -> str:
-        def native():
-            out = ours(x)
-            if out is None:
-                raise RuntimeError("an index outside its table")  # (dropped: ATen's answers)
-            return out
-
-        return per_shape.choose(
-            key, f"embeddings float32 batch<={key[0][0]} tables={n} width={width}",
-            lambda: {"aten": lambda: default(*args), "native": native})
+    decide = _decider(per_shape, ours, default)
 
     @labelled(f"{n} tables looked up: kernel chosen per batch size by measurement")
     def fn(indices, w, rows_, first_, _keep=keep):
@@ -283,7 +296,9 @@ def _measured_lookups(node: Node, chooser: KernelChooser, default: Any) -> Any:
                 and indices.shape[1] >= first + n and indices.shape[0] > 0:
             x = indices.narrow(1, first, n) if first or indices.shape[1] != n else indices
             key = ((size_bucket(x.shape[0]), n), threads())
-            name = chosen.get(key) or decide(key, x, (indices, w, rows_, first_))
+            name = chosen.get(key) or decide(
+                key, f"embeddings float32 batch<={key[0][0]} tables={n} width={width}", (x,),
+                (indices, w, rows_, first_))
             if name == "native":
                 out = ours(x)
                 if out is not None:
@@ -324,17 +339,7 @@ def _measured_bags(node: Node, chooser: KernelChooser, default: Any) -> Any:
             return None
         return out
 
-    def decide(key, x, args) -> str:
-        def native():
-            out = ours(x)
-            if out is None:
-                raise RuntimeError("an index outside its table")  # (dropped: ATen's answers)
-            return out
-
-        return per_shape.choose(
-            key, f"embedding_bags {_MODES[mode]} float32 batch<={key[0][0]} tables={n} "
-                 f"bag={key[0][2]} width={width}",
-            lambda: {"aten": lambda: default(*args), "native": native})
+    decide = _decider(per_shape, ours, default)
 
     @labelled(f"{n} tables' bags ({_MODES[mode]}): kernel chosen per batch size by "
               "measurement")
@@ -347,7 +352,9 @@ def _measured_bags(node: Node, chooser: KernelChooser, default: Any) -> Any:
             x = indices.narrow(1, first, n) if first or indices.shape[1] != n else indices
             key = ((size_bucket(x.shape[0]), n, x.shape[2]), threads())
             name = chosen.get(key) or decide(
-                key, x, (indices, w, rows_, first_, mode_, end, step))
+                key, f"embedding_bags {_MODES[mode]} float32 batch<={key[0][0]} tables={n} "
+                     f"bag={key[0][2]} width={width}", (x,),
+                (indices, w, rows_, first_, mode_, end, step))
             if name == "native":
                 out = ours(x)
                 if out is not None:
@@ -453,17 +460,7 @@ def _measured_rows(node: Node, chooser: KernelChooser, default: Any) -> Any:
             return None
         return out
 
-    def decide(key, x, o, args) -> str:
-        def native():
-            out = ours(x, o)
-            if out is None:
-                raise RuntimeError("refused by the checks")  # (dropped: ATen's answers)
-            return out
-
-        return per_shape.choose(
-            key, f"embedding_bag_rows {_MODES[mode]} float32 bags<={key[0][0]} tables={n} "
-                 f"length<={key[0][2]} width={width}",
-            lambda: {"aten": lambda: default(*args), "native": native})
+    decide = _decider(per_shape, ours, default)
 
     @labelled(f"{n} tables' bags ({_MODES[mode]}) by rows of flat indices: kernel chosen "
               "per bag count by measurement")
@@ -477,8 +474,10 @@ def _measured_rows(node: Node, chooser: KernelChooser, default: Any) -> Any:
             x = indices.narrow(0, first, n) if first or indices.shape[0] != n else indices
             o = offsets.narrow(0, first, n) if first or offsets.shape[0] != n else offsets
             key = ((size_bucket(o.shape[1]), n, size_bucket(x.shape[1])), threads())
-            args = (indices, offsets, w, rows_, first_, mode_)
-            name = chosen.get(key) or decide(key, x, o, args)
+            name = chosen.get(key) or decide(
+                key, f"embedding_bag_rows {_MODES[mode]} float32 bags<={key[0][0]} "
+                     f"tables={n} length<={key[0][2]} width={width}", (x, o),
+                (indices, offsets, w, rows_, first_, mode_))
             if name == "native":
                 out = ours(x, o)
                 if out is not None:

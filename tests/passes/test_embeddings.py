@@ -342,3 +342,28 @@ def test_threads_calling_one_module_with_sizes_of_their_own_get_their_own_answer
 
     run_switching(worker, [(2,), (5,), (9,)])
     assert not errors, errors[0]
+
+
+def test_a_call_the_kernel_refuses_decides_no_kernel():
+    """The first call of a bucket measures the kernels: if our kernel's checks refuse its
+    arguments (bag starts that decrease, which the lookups one by one compute), the call runs
+    ATen's form and decides nothing — measured, ours would be
+    dropped and ATen's form kept for the bucket (on disk too). The next call decides."""
+    torch.manual_seed(0)
+    rows = (30, 50, 20)
+    model = FlatBags(rows).eval()
+    mod = sr.StaticModule(torch.jit.script(model))
+    node = next(pn for pn in mod.plan.nodes()
+                if pn.node.kind == "static_runtime::embedding_bag_rows")
+    dense, indices, offsets = _flat_inputs(5, rows)
+    bad = offsets.clone()
+    bad[2, 1], bad[2, 2] = offsets[2, 2], offsets[2, 1]  # (starts decreasing: eager computes)
+    with torch.no_grad():
+        expected = model(dense, indices, bad)
+    # (a bag of negative length is uninitialised memory in PyTorch's kernel: the other
+    # tables' bags must be theirs)
+    assert torch.equal(mod(dense, indices, bad)[:, :3], expected[:, :3])
+    assert not node.fn.choices
+    with torch.no_grad():
+        assert torch.equal(mod(dense, indices, offsets), model(dense, indices, offsets))
+    assert len(node.fn.choices) == 1
