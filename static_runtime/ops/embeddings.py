@@ -260,6 +260,23 @@ def _decider(per_shape: PerShape, ours: Any, default: Any) -> Any:
     return decide
 
 
+def _bag_kernel(node: Node, schema: str, at: int, kernel: str, chooser: KernelChooser
+                ) -> tuple | None:
+    """``(weight, first, mode, tables, width, run, address, keep, per_shape)`` for a bag
+    node whose constants our kernel ``kernel`` takes (float32 tables, sum or mean:
+    ``_table_block``'s block and what it names; the node's choices), or None."""
+    found = _bag_constants(node, schema, at)
+    if found is None or not ckernels.available():
+        return None
+    weight, rows, first, mode = found
+    if mode not in (0, 1) or not _float_tables(weight):
+        return None
+    width = int(weight.shape[1])
+    _, address, keep = _table_block(weight, rows, width, mode)
+    return (weight, first, mode, len(rows), width, getattr(ckernels.library(), kernel),
+            address, keep, PerShape(chooser, ("aten", "native")))
+
+
 @register_measured("static_runtime::embeddings")
 def _measured_lookups(node: Node, chooser: KernelChooser, default: Any) -> Any:
     """The lookups of a 2-D index tensor by measurement, per bucket of batch sizes, between
@@ -316,17 +333,10 @@ def _measured_bags(node: Node, chooser: KernelChooser, default: Any) -> Any:
     (``sr_embedding_bags``: one pass checking each index against its own table and adding
     its rows, in the order ``embedding_bag`` adds them), for sum and mean over float32
     tables. Anything else, and an index outside its table, runs ``default``."""
-    found = _bag_constants(node, EMBEDDING_BAGS, 1)
-    if found is None or not ckernels.available():
+    found = _bag_kernel(node, EMBEDDING_BAGS, 1, "sr_embedding_bags", chooser)
+    if found is None:
         return None
-    weight, rows, first, mode = found
-    if mode not in (0, 1) or not _float_tables(weight):
-        return None
-    n, width = len(rows), int(weight.shape[1])
-    _, address, keep = _table_block(weight, rows, width, mode)
-    run = ckernels.library().sr_embedding_bags
-    per_shape = PerShape(chooser, ("aten", "native"))
-    chosen = per_shape.chosen
+    weight, first, mode, n, width, run, address, keep, per_shape = found
     threads, empty, int32, plain = torch.get_num_threads, torch.empty, torch.int32, torch.Tensor
 
     def ours(x: torch.Tensor) -> torch.Tensor | None:
@@ -351,7 +361,7 @@ def _measured_bags(node: Node, chooser: KernelChooser, default: Any) -> Any:
                     step == indices.shape[2] and end == indices.shape[0] * step)):
             x = indices.narrow(1, first, n) if first or indices.shape[1] != n else indices
             key = ((size_bucket(x.shape[0]), n, x.shape[2]), threads())
-            name = chosen.get(key) or decide(
+            name = per_shape.chosen.get(key) or decide(
                 key, f"embedding_bags {_MODES[mode]} float32 batch<={key[0][0]} tables={n} "
                      f"bag={key[0][2]} width={width}", (x,),
                 (indices, w, rows_, first_, mode_, end, step))
@@ -436,17 +446,10 @@ def _measured_rows(node: Node, chooser: KernelChooser, default: Any) -> Any:
     ``embedding_bag``'s order), for sum and mean over float32 tables. Ours writes the result
     contiguous, as the lookups one by one stack it. Anything else, and what the checks
     refuse, runs ``default``."""
-    found = _bag_constants(node, EMBEDDING_BAG_ROWS, 2)
-    if found is None or not ckernels.available():
+    found = _bag_kernel(node, EMBEDDING_BAG_ROWS, 2, "sr_embedding_bag_rows", chooser)
+    if found is None:
         return None
-    weight, rows, first, mode = found
-    if mode not in (0, 1) or not _float_tables(weight):
-        return None
-    n, width = len(rows), int(weight.shape[1])
-    _, address, keep = _table_block(weight, rows, width, mode)
-    run = ckernels.library().sr_embedding_bag_rows
-    per_shape = PerShape(chooser, ("aten", "native"))
-    chosen = per_shape.chosen
+    weight, first, mode, n, width, run, address, keep, per_shape = found
     threads, empty, int32, plain = torch.get_num_threads, torch.empty, torch.int32, torch.Tensor
 
     def ours(x: torch.Tensor, o: torch.Tensor) -> torch.Tensor | None:
@@ -474,7 +477,7 @@ def _measured_rows(node: Node, chooser: KernelChooser, default: Any) -> Any:
             x = indices.narrow(0, first, n) if first or indices.shape[0] != n else indices
             o = offsets.narrow(0, first, n) if first or offsets.shape[0] != n else offsets
             key = ((size_bucket(o.shape[1]), n, size_bucket(x.shape[1])), threads())
-            name = chosen.get(key) or decide(
+            name = per_shape.chosen.get(key) or decide(
                 key, f"embedding_bag_rows {_MODES[mode]} float32 bags<={key[0][0]} "
                      f"tables={n} length<={key[0][2]} width={width}", (x, o),
                 (indices, offsets, w, rows_, first_, mode_))
