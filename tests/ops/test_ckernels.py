@@ -376,17 +376,11 @@ def test_embedding_bags_kernel_adds_each_tables_rows_as_embedding_bag(mode, dtyp
     batch and table, the sum or mean of the rows its indices name in that table, the same bits
     as ``embedding_bag`` of each table; indices read through strides (the tables' columns of a
     wider tensor); an index outside its own table returns -1 and writes nothing."""
-    import itertools
-
     lib = ckernels.library()
     g = torch.Generator().manual_seed(mode)
     rows = [7, 50, 13]
     tables = [torch.randn(r, 20, generator=g) for r in rows]  # (20: a vector and a part)
-    weight = torch.cat(tables)
-    starts = torch.tensor(list(itertools.accumulate(rows, initial=0))[:-1])
-    counts = torch.tensor(rows)
-    _, address = ckernels._block(weight.data_ptr(), starts.data_ptr(), counts.data_ptr(),
-                                 len(rows), 20, mode)
+    _, address, _keep = _table_block_for_test(tables, rows, mode)  # (_keep: what it names)
     for batch, size in ((9, 3), (1, 1), (33, 5)):
         wide = torch.stack([torch.randint(0, 5, (batch, size), generator=g)]
                            + [torch.randint(0, r, (batch, size), generator=g) for r in rows],
@@ -418,17 +412,11 @@ def test_embedding_bag_rows_kernel_adds_each_bag_as_embedding_bag(mode, dtype):
     (bags, tables, width); what the tables end to end would hide returns -1 and writes
     nothing: an index outside its own table, a first start other than 0, starts decreasing,
     a start past the row's length."""
-    import itertools
-
     lib = ckernels.library()
     g = torch.Generator().manual_seed(10 + mode)
     rows = [7, 50, 13]
     tables = [torch.randn(r, 20, generator=g) for r in rows]
-    weight = torch.cat(tables)
-    starts = torch.tensor(list(itertools.accumulate(rows, initial=0))[:-1])
-    counts = torch.tensor(rows)
-    _, address = ckernels._block(weight.data_ptr(), starts.data_ptr(), counts.data_ptr(),
-                                 len(rows), 20, mode)
+    _, address, _keep = _table_block_for_test(tables, rows, mode)  # (_keep: what it names)
 
     def call(x, o, out):
         return lib.sr_embedding_bag_rows(x.data_ptr(), x.dtype is torch.int32, *x.stride(),
@@ -472,7 +460,7 @@ def test_embeddings_kernel_copies_each_tables_row(dtype):
     g = torch.Generator().manual_seed(3)
     rows = [7, 50, 13]
     tables = [torch.randn(r, 20, generator=g) for r in rows]
-    _, address, keep = _table_block_for_test(tables, rows)
+    _, address, _keep = _table_block_for_test(tables, rows)  # (_keep: what it names)
     for batch in (1, 9, 33):
         wide = torch.stack([torch.randint(0, 5, (batch,), generator=g)]
                            + [torch.randint(0, r, (batch,), generator=g) for r in rows],
@@ -491,11 +479,12 @@ def test_embeddings_kernel_copies_each_tables_row(dtype):
             assert lib.sr_embeddings(y.data_ptr(), dtype is torch.int32, batch, *y.stride(),
                                      out.data_ptr(), address) == -1
             assert (out == 5.0).all()
-    del keep
 
 
-def _table_block_for_test(tables, rows):
+def _table_block_for_test(tables, rows, *rest):
+    """The kernels' block for ``tables`` laid end to end (``rest``: after the width), its
+    address, and the objects its addresses name (held by the caller)."""
     from static_runtime.ops.embeddings import _table_block
 
     weight = torch.cat(tables)
-    return _table_block(weight, rows, int(weight.shape[1]))
+    return _table_block(weight, rows, int(weight.shape[1]), *rest)

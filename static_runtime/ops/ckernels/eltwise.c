@@ -147,7 +147,7 @@ int sr_embedding_bags(const void *x, int is32, float *out, int64_t batch, int64_
                     int64_t at = b * sb + t * st + s * ss;
                     int64_t i = is32 ? (int64_t)x32[at] : x64[at];
                     const float *row = weight + (first[t] + i) * width + j;
-                    acc += left == 16 ? sr_load16(row, 16) : sr_load16(row, left);
+                    acc += sr_load16(row, left);
                 }
                 if (mode == 1) acc /= count;
                 sr_store16(o + j, acc, left);
