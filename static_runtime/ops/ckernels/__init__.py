@@ -222,6 +222,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.restype = None
         fn.argtypes = [_PTR, _PTR, _PTR]
+    lib.sr_gemm_rows.restype = None
+    lib.sr_gemm_rows.argtypes = [_PTR, _PTR, _I64, _PTR]
     for name in ("sr_conv2d_block", "sr_gemm_gated_block"):
         fn = getattr(lib, name)
         fn.restype = ctypes.c_int
@@ -240,8 +242,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
                                           _I64, _I64, _I64, _I64, _PTR, _PTR]
     lib.sr_embeddings.restype = ctypes.c_int
     lib.sr_embeddings.argtypes = [_PTR, ctypes.c_int, _I64, _I64, _I64, _PTR, _PTR]
-    lib.sr_gemm_res_block.restype = None
-    lib.sr_gemm_res_block.argtypes = [_PTR, _PTR, _PTR, _PTR]
+    lib.sr_gemm_res_rows.restype = None
+    lib.sr_gemm_res_rows.argtypes = [_PTR, _PTR, _PTR, _I64, _PTR]
     lib.sr_rms_norm.restype = None
     lib.sr_rms_norm.argtypes = [_PTR, _PTR, _PTR, _I64, _I64, ctypes.c_float]
     lib.sr_layer_norm.restype = None
@@ -340,20 +342,22 @@ class Gemm:
             self.bias = torch.zeros(panels * nr)
             self.bias[:n] = bias.detach()
         self.act = ACTIVATIONS[act]
-        self._run = lib.sr_gemm_block
-        self._run_res = lib.sr_gemm_res_block
-        #: (rows, row stride of x, row stride of the result) → the call's argument block
-        self._blocks: dict[tuple[int, int, int], tuple] = {}
+        self._run = lib.sr_gemm_rows
+        self._run_res = lib.sr_gemm_res_rows
+        #: (row stride of x, row stride of the result) → the calls' argument block (the row
+        #: count is an argument of its own: one block serves every row count)
+        self._blocks: dict[tuple[int, int], tuple] = {}
+        self.block, self.address = self._block_for(max(k, 1), n)
 
-    def _block_for(self, m: int, lda: int, ldc: int) -> tuple:
+    def _block_for(self, lda: int, ldc: int) -> tuple:
         """(the argument block, its address); the caller holds it while the kernel runs (a
         concurrent call may drop it from the cache meanwhile)."""
-        key = (m, lda, ldc)
+        key = (lda, ldc)
         found = self._blocks.get(key)
         if found is None:
             found = remember(self._blocks, key, _block(
                 lda, self.packed.data_ptr(), 0 if self.bias is None else self.bias.data_ptr(),
-                ldc, m, self.k, self.n, self.act))
+                ldc, self.k, self.n, self.act))
         return found
 
     def kernel(self):
@@ -382,8 +386,8 @@ class Gemm:
                     or not o2.is_cpu:
                 raise ValueError(f"Gemm writes a contiguous float32 ({m}, {n}) CPU tensor, "
                                  f"got {o2.dtype} {tuple(o2.shape)}")
-            block = block_for(m, max(lda, 1), n)
-            run(x2.data_ptr(), o2.data_ptr(), block[1])
+            block = block_for(max(lda, 1), n)
+            run(x2.data_ptr(), o2.data_ptr(), m, block[1])
             return o2
 
         gemm.keep = self  # type: ignore[attr-defined]  # the packed weight's owner
@@ -393,13 +397,12 @@ class Gemm:
         """``(x, o, r) -> None`` for ``m`` rows writing ``act(x · W + bias + r)``: ``r`` a
         contiguous float32 residual of ``o``'s shape (``o`` itself allowed), which the
         epilogue adds before the activation. Unchecked, as ``direct``."""
-        block, address = self._block_for(m, max(self.k, 1), self.n)
 
-        # (bound by defaults, ``_owners`` what the addresses name: kept per size, and a
+        # (bound by defaults, ``_owner`` what the address names: kept per size, and a
         # closure's cells and an attribute's dict are objects the collector tracks)
         def with_residual(x: torch.Tensor, o: torch.Tensor, r: torch.Tensor,
-                          run=self._run_res, address=address, _owners=(self, block)) -> None:
-            run(x.data_ptr(), o.data_ptr(), r.data_ptr(), address)
+                          run=self._run_res, m=m, address=self.address, _owner=self) -> None:
+            run(x.data_ptr(), o.data_ptr(), r.data_ptr(), m, address)
 
         return with_residual
 
@@ -408,12 +411,12 @@ class Gemm:
         ``x`` is a contiguous float32 CPU tensor of ``m`` rows of K (any rank) and ``o`` a
         contiguous float32 CPU tensor of ``m`` rows of N. ``kernel()``'s checks and argument
         block lookup cost ~0.9 µs a call, four times a 1 × 64 · 64 × 64 product's own time;
-        this is the call a caller that knows the shapes makes on every call after its first."""
-        block, address = self._block_for(m, max(self.k, 1), self.n)
+        this is the call a caller that knows the shapes makes on every call after its first.
+        (Made for each new row count: a function and nothing else, the block is shared.)"""
 
-        def direct(x: torch.Tensor, o: torch.Tensor, run=self._run, address=address,
-                   _owners=(self, block)) -> None:
-            run(x.data_ptr(), o.data_ptr(), address)
+        def direct(x: torch.Tensor, o: torch.Tensor, run=self._run, m=m,
+                   address=self.address, _owner=self) -> None:
+            run(x.data_ptr(), o.data_ptr(), m, address)
 
         return direct
 
@@ -425,7 +428,8 @@ class Gemm:
         (a channels-first input is converted first)."""
         from static_runtime.ops.ckernels.convs import channels_last_strides, unchecked
 
-        run, k, n, block_for = self._run, self.k, self.n, self._block_for
+        run, k, n, address = self._run, self.k, self.n, self.address
+        per_shape = _required_library().sr_gemm_block
         f32, cl, empty_strided = torch.float32, torch.channels_last, torch.empty_strided
 
         def conv1x1(x: torch.Tensor) -> torch.Tensor:
@@ -436,16 +440,17 @@ class Gemm:
             batch, _, h, w = x.shape
             # empty_strided: half the cost of empty(memory_format=) (~0.8 against 1.3 µs)
             out = empty_strided((batch, n, h, w), channels_last_strides(n, h, w))
-            block = block_for(batch * h * w, k, n)
-            run(x.data_ptr(), out.data_ptr(), block[1])
+            run(x.data_ptr(), out.data_ptr(), batch * h * w, address)
             return out
 
         def direct_for(shape: torch.Size):
             """``x -> result`` for channels-last float32 CPU inputs of ``shape``, unchecked."""
             batch, _, h, w = shape
             out_shape, strides = (batch, n, h, w), channels_last_strides(n, h, w)
-            block, address = block_for(batch * h * w, k, n)
-            return unchecked(run, out_shape, strides, address, (self, block))
+            # (the row count at the block's end: the call takes the three arguments every
+            # convolution's unchecked call does)
+            block, at = _block(*self.block, batch * h * w)
+            return unchecked(per_shape, out_shape, strides, at, (self, block))
 
         conv1x1.keep = self  # type: ignore[attr-defined]
         conv1x1.direct_for = direct_for  # type: ignore[attr-defined]

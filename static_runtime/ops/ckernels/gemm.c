@@ -57,7 +57,7 @@ int64_t sr_gemm_nr(void) { return NR; }
 
 /* ROWS rows of A times one panel, k in [k0, k1), into ROWS × width of C: sums start from
    the bias (first block; zero without one) — plus the residual's rows at res (row stride
-   ldr) where first is 2 (sr_gemm_res_block) —, else from C; the last block applies the
+   ldr) where first is 2 (sr_gemm_res_rows) —, else from C; the last block applies the
    activation. A panel's second half is skipped where width <= 16 (N's last panel). */
 static inline __attribute__((always_inline)) void
 tile(int ROWS, int HALVES, const float *a, int64_t lda, const float *panel, const float *bias,
@@ -165,19 +165,30 @@ void sr_gemm(const float *a, int64_t lda, const float *packed, const float *bias
     gemm(a, lda, packed, bias, c, ldc, m, k, n, act, 0, 0);
 }
 
-/* C = act(A · B + bias + R) for a residual R of C's shape, row stride N (C itself allowed),
-   added before the activation; otherwise sr_gemm_block's arguments. */
-void sr_gemm_res_block(const float *a, float *c, const float *res, const int64_t *p) {
-    gemm(a, p[0], (const float *)(intptr_t)p[1], (const float *)(intptr_t)p[2], c, p[3], p[4],
-         p[5], p[6], (int)p[7], res, p[6]);
+/* A kernel's constant arguments in one block (lda, packed, bias, ldc, k, n, act): a call from
+   Python through ctypes costs ~0.07 µs an argument, so what does not change between calls is
+   made once and passed as one pointer. The row count is an argument of its own: one block
+   serves every row count (traffic of every size brings a new one on most calls, and a block
+   made per row count cost a new size's first call ~6 µs a GEMM node). */
+
+/* C = act(A · B + bias) for m rows. */
+void sr_gemm_rows(const float *a, float *c, int64_t m, const int64_t *p) {
+    sr_gemm(a, p[0], (const float *)(intptr_t)p[1], (const float *)(intptr_t)p[2], c, p[3],
+            m, p[4], p[5], (int)p[6]);
 }
 
-/* sr_gemm with its sizes and constant pointers in one block (lda, packed, bias, ldc, m, k, n,
-   act): a call from Python through ctypes costs ~0.07 µs an argument, so the per-shape part
-   is made once and passed as one pointer. */
+/* sr_gemm_rows with the row count at the block's end (p[7]), for a caller whose every call
+   has the same one (a 1 × 1 convolution's per-shape call). */
 void sr_gemm_block(const float *a, float *c, const int64_t *p) {
-    sr_gemm(a, p[0], (const float *)(intptr_t)p[1], (const float *)(intptr_t)p[2], c, p[3],
-            p[4], p[5], p[6], (int)p[7]);
+    sr_gemm_rows(a, c, p[7], p);
+}
+
+/* C = act(A · B + bias + R) for m rows and a residual R of C's shape, row stride N (C itself
+   allowed), added before the activation. */
+void sr_gemm_res_rows(const float *a, float *c, const float *res, int64_t m,
+                      const int64_t *p) {
+    gemm(a, p[0], (const float *)(intptr_t)p[1], (const float *)(intptr_t)p[2], c, p[3], m,
+         p[4], p[5], (int)p[6], res, p[5]);
 }
 
 /* A gated product, silu(A · G + g) ⊙ (A · U + u) for (K × H) G and U (a SwiGLU MLP's gate and
