@@ -98,13 +98,16 @@ class _Kernel:
         """Our kernel for tensors laid out as these, unchecked; None where it does not take
         them. ``k`` is (B, Hk, Lk, D): the key, not its transpose. One key/value head
         (multi-query attention) broadcasts over the query heads as grouped-query attention with
-        one group does, whether or not ``enable_gqa`` says so."""
+        one group does, whether or not ``enable_gqa`` says so.
+
+        (On the request path at each new sequence length: every size and stride is read once.)"""
         (B, H, Lq, D), (kb_, Hk, Lk, Dk), (vb_, Hv, Lv, Dv) = q.shape, k.shape, v.shape
+        qs, ks, vs = q.stride(), k.stride(), v.stride()
         if not (kb_ == vb_ == B and Dk == D and Lv == Lk and Hv == Hk and Hk > 0
                 and H % Hk == 0 and (Hk == H or Hk == 1 or self.gqa) and 0 < D <= MAX_HEAD
                 and 0 < Dv <= MAX_HEAD and Lq > 0 and Lk > 0 and B > 0
-                and q.stride(3) == k.stride(3) == v.stride(3) == 1
-                and tuple(out_shape) == (B, H, Lq, Dv) and out_strides[3] == 1):
+                and qs[3] == ks[3] == vs[3] == 1
+                and out_shape == (B, H, Lq, Dv) and out_strides[3] == 1):
             return None
         f32, boolean = torch.float32, torch.bool
         if mask is None:
@@ -117,9 +120,9 @@ class _Kernel:
                 return None
             kind = mask.dtype
         array, address = ckernels._block(
-            B, H, Lq, Lk, D, Dv, H // Hk, int(self.causal), *q.stride()[:3],
-            *k.stride()[:3], *v.stride()[:3], *out_strides[:3], *mask_strides,
-            int(self.invert))
+            B, H, Lq, Lk, D, Dv, H // Hk, int(self.causal), qs[0], qs[1], qs[2], ks[0], ks[1],
+            ks[2], vs[0], vs[1], vs[2], out_strides[0], out_strides[1], out_strides[2],
+            *mask_strides, int(self.invert))
         # (bound by defaults, ``_owner`` what the address names: kept per size, and a
         # closure's cells and an attribute's dict are objects the collector tracks)
         def direct(q, k, v, mask, run=self.run, empty_strided=torch.empty_strided,
@@ -212,12 +215,13 @@ class _Kernel:
         """The call for a new ``key`` whose bucket is decided or remembered on disk (kept),
         made without running the default: ours with its result dense in the order the
         default's was at an earlier key of the same argument layouts, or None (the
-        default's). ``_UNDECIDED`` where the bucket's choice or that order is not known."""
+        default's). ``_UNDECIDED`` where the bucket's choice or that order is not known.
+        (On the request path at each new sequence length.)"""
         bucket = _bucket(q, k, key)
         name = self.per_shape.chosen.get(bucket)
         if name is not None and name != "native":
             return ckernels.remember(self.calls, key, None)
-        shape = (q.shape[0], q.shape[1], q.shape[2], v.shape[3])
+        shape = (*q.shape[:3], v.shape[3])
         order = self.orders.get(self._order_key(bucket, what, q, k, v, mask, shape))
         if order is None:
             return _UNDECIDED
@@ -258,16 +262,24 @@ def _bucket(q, k, key: tuple) -> tuple:
 
 def _order(t: torch.Tensor) -> tuple[int, ...]:
     """``t``'s dimensions from the largest stride to the smallest (ties by position)."""
-    strides = t.stride()  # (a stable sort: reversed, equal strides keep their order)
+    return _order_of(t.stride())
+
+
+def _order_of(strides: tuple[int, ...]) -> tuple[int, ...]:
+    # (a stable sort: reversed, equal strides keep their order)
     return tuple(sorted(range(len(strides)), key=strides.__getitem__, reverse=True))
 
 
 def _pattern(q, k, v, mask, out_shape) -> tuple:
     """What the default's choice of result layout may depend on apart from the sizes: the
     arguments' dimension orders, the mask's kind and which result dimensions are 1 (their
-    strides are arbitrary, so an order read where one was 1 is not taken where it is not)."""
-    m = None if mask is None else (mask.dtype, mask.dim(), _order(mask))
-    return (_order(q), _order(k), _order(v), m, tuple(s == 1 for s in out_shape))
+    strides are arbitrary, so an order read where one was 1 is not taken where it is not).
+    (On the request path at each new sequence length: one frame, no generator.)"""
+    of = _order_of
+    m = None if mask is None else (mask.dtype, mask.dim(), of(mask.stride()))
+    b, h, lq, dv = out_shape
+    return (of(q.stride()), of(k.stride()), of(v.stride()), m,
+            (b == 1, h == 1, lq == 1, dv == 1))
 
 
 def _dense_order(t: torch.Tensor) -> tuple[int, ...] | None:

@@ -90,11 +90,12 @@ def _into_arena(what: str, accepts: Callable[..., bool], calls: dict, decide: Ca
             key = (x.shape, threads())
             call = calls[key] if key in calls else decide(x, key)
             if call is not None:
+                shape, into = key[0], call.into
                 if out.dtype is f32 and out.is_cpu and out.is_contiguous() \
-                        and out.shape == x.shape and out.data_ptr() != x.data_ptr():
-                    last[0] = (out, x.shape, key[1], call.into)
-                    keep_written(written, out, x.shape, key[1], call.into)
-                    call.into(x, out)
+                        and out.shape == shape and out.data_ptr() != x.data_ptr():
+                    last[0] = (out, shape, key[1], into)
+                    keep_written(written, out, shape, key[1], into)
+                    into(x, out)
                     return out
                 return call(x)  # (its own result)
         return default(x, *args)  # (its own result)
@@ -133,11 +134,13 @@ def _measured(node: Node, chooser: KernelChooser, default: Callable[..., Any]
         return native[0].direct_for(shape)
 
     def decide(x, key):
-        direct = native_for(x.shape)
-        name = _choose(per_shape, "rms_norm", x, key[1],
-                       lambda: {"aten": lambda: default(x, weight, eps, dtype),
-                                "native": lambda: direct(x)})
-        return ckernels.remember(calls, key, direct if name == "native" else None)
+        def make():
+            direct = native_for(key[0])
+            return {"aten": lambda: default(x, weight, eps, dtype), "native": lambda: direct(x)}
+
+        # (our call made only where ours serves: on the request path at each new size)
+        name = _choose(per_shape, "rms_norm", x, key[1], make)
+        return ckernels.remember(calls, key, native_for(key[0]) if name == "native" else None)
 
     def accepts(x, w, eps_, dtype_):
         return w is weight and x.dtype is f32 and x.is_cpu and x.dim() >= 1 \
@@ -282,14 +285,20 @@ def _measured_layer_norm(node: Node, chooser: KernelChooser, default: Callable[.
     calls: dict[tuple, Any] = {}
     f32, threads, shape_arg = torch.float32, torch.get_num_threads, [h]
 
-    def decide(x, key):
+    def native_for(shape):
         if native[0] is None:
             native[0] = layer_norm(h, weight, bias, eps)
-        direct = native[0](x.shape)
-        name = _choose(per_shape, "layer_norm", x, key[1],
-                       lambda: {"aten": lambda: default(x, shape_arg, weight, bias, eps, True),
-                                "native": lambda: direct(x)})
-        return ckernels.remember(calls, key, direct if name == "native" else None)
+        return native[0](shape)
+
+    def decide(x, key):
+        def make():
+            direct = native_for(key[0])
+            return {"aten": lambda: default(x, shape_arg, weight, bias, eps, True),
+                    "native": lambda: direct(x)}
+
+        # (our call made only where ours serves: on the request path at each new size)
+        name = _choose(per_shape, "layer_norm", x, key[1], make)
+        return ckernels.remember(calls, key, native_for(key[0]) if name == "native" else None)
 
     def accepts(x, shape_, w, b, eps_, *rest):
         return w is weight and b is bias and eps_ == eps and x.dtype is f32 and x.is_cpu \

@@ -125,20 +125,26 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
         return gemm[0].with_residual(rows), shape, exact
 
     def decide(x, residual, key):
-        shape = (*x.shape[:-1], n)
-        if not broadcasts_into(residual.shape, shape):
+        # (on the request path at each new size: the shapes read from the key, our call made
+        # only where ours serves)
+        xs, rs = key[0], key[1]
+        shape = (*xs[:-1], n)
+        exact = rs == shape
+        if not exact and not broadcasts_into(rs, shape):
             return ckernels.remember(calls, key, None)
         rows = x.numel() // k
-        found = ours(rows, shape, tuple(residual.shape) == shape)
         bucket = (torch.Size((size_bucket(rows), k, n)), key[-1])
         name = per_shape.chosen.get(bucket)
         if name is None:
+            found = ours(rows, shape, exact)
             # (timed allocating: one choice serves both forms, as a GEMM's does)
             name = per_shape.choose(
                 bucket, f"linear_residual+{attr} float32 rows<={bucket[0][0]} K={k} N={n} "
                         f"bias={bias is not None}",
                 lambda: {"aten": lambda: default_fn(x, weight, bias, residual, attr),
                          "native": lambda: write(empty(*shape), x, residual, found)})
+        elif name == "native":
+            found = ours(rows, shape, exact)
         return ckernels.remember(calls, key, found if name == "native" else None)
 
     def write(out, x, residual, found):
@@ -206,13 +212,12 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
 
     def out_slow(out, x, w, b, residual, attr_):
         if w is weight and b is bias and out.dtype is f32 and out.is_cpu \
-                and out.is_contiguous() and out.shape[:-1] == x.shape[:-1] \
-                and out.shape[-1:] == (n,):
+                and out.is_contiguous() and out.shape == (*x.shape[:-1], n):
             found = ours_for(x, residual)
             if found is not None:
                 if found[2] and residual.is_contiguous():
-                    last_out[0] = (out, x.shape, residual.shape, threads(), found[0])
-                    keep_written(written, out, *last_out[0][1:])
+                    facts = last_out[0] = (out, x.shape, residual.shape, threads(), found[0])
+                    keep_written(written, out, *facts[1:])
                 return write(out, x, residual, found)
         return default_out(out, x, w, b, residual, attr_)
 
