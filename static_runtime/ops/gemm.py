@@ -42,6 +42,7 @@ constants (a planning run on meta copies) — runs the implementation selected o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -288,16 +289,24 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
     out_calls: dict[tuple, Callable[..., None]] = {}
     fn_calls: dict[tuple, Callable[..., torch.Tensor]] = {}
 
-    def decide(x2: torch.Tensor, o2: torch.Tensor | None, key: tuple[int, int]):
-        rows = x2.shape[0]
+    def decide(x: torch.Tensor, out: torch.Tensor | None, rows: int, key: tuple[int, int]):
         # An allocating call is timed allocating: ATen allocates in C++, ours from Python
         # (~0.6 µs, a third of a 1 × 64 · 64 × 64 product's call)
         problem = (f"{op} float32 M<={key[0]} K={k} N={n} w={wstride} "
-                   f"bias={bias is not None}{' allocating' if o2 is None else ''}")
+                   f"bias={bias is not None}{' allocating' if out is None else ''}")
+        flat = x.dim() == 2
 
-        def make():  # each as it will run: ours by its unchecked call
-            return {name: _bound(kernels.kernel(name, rows), x2, o2,
-                                 kernels.direct(name, rows), n) for name in names}
+        def make():
+            # Each as it will run on these very tensors: ours by its unchecked call, the
+            # others through the (rows, K) and (rows, N) views a call of a rank-3 input makes
+            # (timed on ready-made views, ATen's product won ties it then lost in the model:
+            # BENCHMARKS.md, session 23).
+            if out is None:
+                shape = (*x.shape[:-1], n)
+                return {name: functools.partial(_allocating(kernels, name, rows, shape, flat),
+                                                x) for name in names}
+            return {name: _writing_into(_writing(kernels, name, rows, flat), x, out)
+                    for name in names}
 
         choice = chooser.choose(problem, names, make, default="aten")
         later = interims[key] = choice.interim(PER_SHAPE_SETUP)
@@ -344,8 +353,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
         key = (size_bucket(rows), threads())
         name = chosen.get(key)
         if name is None:
-            o2 = None if out is None else out.view(rows, n)
-            return decide(x.view(rows, k), o2, key), None  # (setup paid by the measuring)
+            return decide(x, out, rows, key), None  # (setup paid by the measuring)
         later = interims.get(key)
         if later is None or measured_at[key] == rows:
             return name, None
@@ -510,17 +518,12 @@ def _writing(kernels: GemmKernels, name: str, rows: int, flat: bool
     return call
 
 
-def _bound(kernel: Callable[..., torch.Tensor], x2: torch.Tensor, o2: torch.Tensor | None,
-           direct: Callable[..., None] | None, n: int):
-    """The candidate as a call of no arguments: ``kernel(x2, o2)``, or ``direct`` (writing
-    ``o2``, or a tensor it allocates as the allocating call does) where there is one."""
-    if direct is None:
-        return lambda: kernel(x2, o2)
-    empty, shape = torch.empty, (x2.shape[0], n)
+def _writing_into(call: Callable[[torch.Tensor, torch.Tensor], Any], x: torch.Tensor,
+                  out: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """``call(x, out)`` as a candidate of no arguments that returns what it wrote."""
 
     def run():
-        y = o2 if o2 is not None else empty(*shape)
-        direct(x2, y)
-        return y
+        call(x, out)
+        return out
 
     return run
