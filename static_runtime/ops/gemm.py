@@ -337,15 +337,6 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
             return x.numel() // k
         return -1
 
-    def made(rows: int, t: int) -> str | None:
-        """The kernel of ``rows``' bucket where it is decided and serves every row count
-        from its first call (no interim kernel), else None: a new shape's call is then made
-        directly, not through ``serving`` and ``writing_call`` (traffic of every size: a few
-        µs less a GEMM node on a new size's first call, on the Xeon)."""
-        bucket = (size_bucket(rows), t)
-        name = chosen.get(bucket)
-        return name if name is not None and interims.get(bucket) is None else None
-
     def serving(x, rows: int, out) -> tuple[str, tuple[int, str] | None]:
         """The kernel to serve ``rows`` rows now (its bucket's choice, or the bucket's
         interim one at a row count other than the first), and where the choice takes over
@@ -385,9 +376,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
             rows = rows_of(x, shape)
             if rows < 0:
                 return default_fn(*args)
-            name = made(rows, t)
-            call = remember(fn_calls, key, allocating_call(x, rows, key) if name is None else
-                            _allocating(kernels, name, rows, (*shape[:-1], n), len(shape) == 2))
+            call = remember(fn_calls, key, allocating_call(x, rows, key))
         elif x.dtype is not f32 or not x.is_cpu or not x.is_contiguous():
             return default_fn(*args)
         last_fn[0] = (shape, t, call)
@@ -429,9 +418,7 @@ def _measured_pair(kind: str, op: str, chooser: KernelChooser, default: Pair, *,
                 or out.shape != (*shape[:-1], n):
             return default_out(out, *args)
         if call is None:
-            name = made(rows, t)
-            call = remember(out_calls, key, writing_call(x, rows, out, key) if name is None else
-                            _writing(kernels, name, rows, len(shape) == 2))
+            call = remember(out_calls, key, writing_call(x, rows, out, key))
         last_out[0] = (out, shape, t, call)
         keep_written(written, out, shape, t, call)
         call(x, out)
