@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import array
 import ctypes
+import os
 import statistics
 import subprocess
 import sys
@@ -43,9 +44,10 @@ def _build(files: dict[str, str], where: Path) -> ctypes.CDLL:
     """``attention.c`` and ``act.h`` (their text) built as the runtime builds its library."""
     for name, text in files.items():
         (where / name).write_text(text)
-    flags = ckernels._flag_sets()[0]
+    ckernels.library()  # (its flags: the first set the compiler took)
+    flags = ckernels._built_with or ckernels._flag_sets()[0]
     target = where / "attention.so"
-    subprocess.run(["cc", *flags, *ckernels._BASE_FLAGS, "-o", str(target),
+    subprocess.run([os.environ.get("CC") or "cc", *flags, *ckernels._BASE_FLAGS, "-o", str(target),
                     str(where / "attention.c"), "-lm"], check=True, capture_output=True)
     lib = ctypes.CDLL(str(target))
     p = ctypes.c_void_p

@@ -260,13 +260,9 @@ def _bucket(q, k, key: tuple) -> tuple:
     return (torch.Size((B, H, size_bucket(Lq), size_bucket(k.shape[2]))), key[-1])
 
 
-def _order(t: torch.Tensor) -> tuple[int, ...]:
-    """``t``'s dimensions from the largest stride to the smallest (ties by position)."""
-    return _order_of(t.stride())
-
-
 def _order_of(strides: tuple[int, ...]) -> tuple[int, ...]:
-    # (a stable sort: reversed, equal strides keep their order)
+    """The dimensions of a tensor of these strides from the largest stride to the smallest
+    (ties by position: a stable sort, reversed, keeps equal strides in their order)."""
     return tuple(sorted(range(len(strides)), key=strides.__getitem__, reverse=True))
 
 
@@ -284,7 +280,7 @@ def _pattern(q, k, v, mask, out_shape) -> tuple:
 
 def _dense_order(t: torch.Tensor) -> tuple[int, ...] | None:
     """The dimension order in which ``t`` is dense (no gaps, no overlap), or None."""
-    order = _order(t)
+    order = _order_of(t.stride())
     if t.stride() != dense_strides(t.shape, order):
         return None
     return order

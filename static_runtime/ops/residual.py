@@ -135,16 +135,14 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
         rows = x.numel() // k
         bucket = (torch.Size((size_bucket(rows), k, n)), key[-1])
         name = per_shape.chosen.get(bucket)
+        found = ours(rows, shape, exact) if name in (None, "native") else None
         if name is None:
-            found = ours(rows, shape, exact)
             # (timed allocating: one choice serves both forms, as a GEMM's does)
             name = per_shape.choose(
                 bucket, f"linear_residual+{attr} float32 rows<={bucket[0][0]} K={k} N={n} "
                         f"bias={bias is not None}",
                 lambda: {"aten": lambda: default_fn(x, weight, bias, residual, attr),
                          "native": lambda: write(empty(*shape), x, residual, found)})
-        elif name == "native":
-            found = ours(rows, shape, exact)
         return ckernels.remember(calls, key, found if name == "native" else None)
 
     def write(out, x, residual, found):

@@ -429,7 +429,7 @@ class Gemm:
         from static_runtime.ops.ckernels.convs import channels_last_strides, unchecked
 
         run, k, n, address = self._run, self.k, self.n, self.address
-        per_shape = _required_library().sr_gemm_block
+        run_block = _required_library().sr_gemm_block  # (the row count in the block)
         f32, cl, empty_strided = torch.float32, torch.channels_last, torch.empty_strided
 
         def conv1x1(x: torch.Tensor) -> torch.Tensor:
@@ -450,7 +450,7 @@ class Gemm:
             # (the row count at the block's end: the call takes the three arguments every
             # convolution's unchecked call does)
             block, at = _block(*self.block, batch * h * w)
-            return unchecked(per_shape, out_shape, strides, at, (self, block))
+            return unchecked(run_block, out_shape, strides, at, (self, block))
 
         conv1x1.keep = self  # type: ignore[attr-defined]
         conv1x1.direct_for = direct_for  # type: ignore[attr-defined]
