@@ -15,12 +15,8 @@ from __future__ import annotations
 
 import array
 import ctypes
-import os
-import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import click
@@ -32,40 +28,20 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # (run as a script)
     sys.path.insert(0, str(ROOT))
 
-from static_runtime.ops import ckernels
+from benchmarks.kernel_builds import alternate, build, sources
 
-SOURCE = Path("static_runtime/ops/ckernels")
 #: (batch, heads, length, head size): a small text encoder's heads, BERT-base's, a 128 head
 SHAPES = [(1, 2, 16, 64), (1, 2, 32, 64), (1, 2, 128, 64), (1, 2, 256, 64), (1, 12, 128, 64),
           (4, 4, 64, 32), (1, 8, 64, 128)]
+FILES = ("attention.c", "act.h")
 
 
-def _build(files: dict[str, str], where: Path) -> ctypes.CDLL:
-    """``attention.c`` and ``act.h`` (their text) built as the runtime builds its library."""
-    for name, text in files.items():
-        (where / name).write_text(text)
-    ckernels.library()  # (its flags: the first set the compiler took)
-    flags = ckernels._built_with or ckernels._flag_sets()[0]
-    target = where / "attention.so"
-    subprocess.run([os.environ.get("CC") or "cc", *flags, *ckernels._BASE_FLAGS, "-o", str(target),
-                    str(where / "attention.c"), "-lm"], check=True, capture_output=True)
-    lib = ctypes.CDLL(str(target))
+def _build(rev: str | None, where: Path) -> ctypes.CDLL:
+    lib = build(sources(FILES, rev), "attention.c", where)
     p = ctypes.c_void_p
     lib.sr_attention.restype = ctypes.c_int
     lib.sr_attention.argtypes = [p, p, p, p, p, p, ctypes.c_float, p]
     return lib
-
-
-def _sources(rev: str | None) -> dict[str, str]:
-    """The kernel's files at git revision ``rev`` (None: the working tree)."""
-    out = {}
-    for name in ("attention.c", "act.h"):
-        if rev is None:
-            out[name] = (ROOT / SOURCE / name).read_text()
-        else:
-            out[name] = subprocess.run(["git", "show", f"{rev}:{SOURCE / name}"], cwd=ROOT,
-                                       check=True, capture_output=True, text=True).stdout
-    return out
 
 
 def _time_shape(libs: dict[str, ctypes.CDLL], shape: tuple[int, int, int, int],
@@ -80,28 +56,20 @@ def _time_shape(libs: dict[str, ctypes.CDLL], shape: tuple[int, int, int, int],
     block = array.array("q", [B, H, L, L, D, D, 1, 0, *([H * L * D, L * D, D] * 4),
                               0, 0, L, 1, 0])
     address = block.buffer_info()[0]
-    reps = max(1, 2000 // L)
-    times: dict[str, list[float]] = {name: [] for name in (*libs, "aten")}
 
-    def call(name: str) -> None:
-        if name == "aten":
-            sdpa(q, k, v, attn_mask=mask, scale=0.125)
-        else:
-            libs[name].sr_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), mask.data_ptr(),
-                                    None, outs[name].data_ptr(), 0.125, address)
+    def ours(name: str):
+        run, out = libs[name].sr_attention, outs[name].data_ptr()
+        return lambda: run(q.data_ptr(), k.data_ptr(), v.data_ptr(), mask.data_ptr(), None,
+                           out, 0.125, address)
 
-    for r in range(rounds):
-        order = ["base", "ours", "aten"]
-        for name in order if r % 2 else order[::-1]:
-            start = time.perf_counter_ns()
-            for _ in range(reps):
-                call(name)
-            times[name].append((time.perf_counter_ns() - start) / reps / 1e3)
+    medians = alternate({"base": ours("base"), "ours": ours("ours"),
+                         "aten": lambda: sdpa(q, k, v, attn_mask=mask, scale=0.125)},
+                        rounds, max(1, 2000 // L))
     if not torch.equal(outs["base"], outs["ours"]):
         raise SystemExit(f"{shape}: the two builds disagree")
     torch.testing.assert_close(outs["ours"], sdpa(q, k, v, attn_mask=mask, scale=0.125),
                                rtol=1e-4, atol=1e-5)
-    return {name: statistics.median(t) for name, t in times.items()}
+    return medians
 
 
 @click.command()
@@ -112,8 +80,7 @@ def main(base: str, rounds: int) -> None:
     torch.set_num_threads(1)
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2:
-        libs = {"base": _build(_sources(base), Path(d1)),
-                "ours": _build(_sources(None), Path(d2))}
+        libs = {"base": _build(base, Path(d1)), "ours": _build(None, Path(d2))}
         table = Table(title=f"attention, additive mask, µs a call (one thread; medians of "
                             f"{rounds} rounds): this tree against {base}")
         for col in ("B, H, L, D", base, "this tree", "÷ base", "ATen sdpa", "÷ ATen"):

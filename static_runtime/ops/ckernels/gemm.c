@@ -248,52 +248,97 @@ int sr_gemm_gated_block(const float *a, float *out, const int64_t *p) {
    (KW floats of one channel a run, the weight packed in that order), so a network's first
    convolution (3 channels, straight from an image) needs no conversion. */
 
+/* Register tiles of the convolution. With AVX-512's 32 vector registers a tile holds 24 sums:
+   12 output pixels × one panel (32 channels), or 6 pixels × two neighbouring panels (64
+   channels) — ROWS × VECS sums, each step VECS vector loads of the weight and ROWS
+   broadcasts of the input. (Tiles of 8 pixels × one panel, 16 sums, read the whole input
+   once more for every 32 output channels and the weight once more for every 8 pixels: the
+   wider tiles take 0.74–0.90 × their time at 32–128 output channels, in alternation on a
+   Cascade Lake Xeon, `benchmarks/conv_kernel.py`.) A panel's last 16 or fewer channels keep
+   MR pixels (one vector: 12 gained nothing). Each output's sum adds its taps in the same
+   order whatever the tile: the same bits. Other CPUs keep MR pixels × one panel. */
+#if MR == 8
+#define CONV_ROWS 12
+#define CONV_WIDE_ROWS 6
+#define CONV_VECS 4
+#else
+#define CONV_ROWS MR
+#define CONV_WIDE_ROWS MR
+#define CONV_VECS 2
+#endif
+
+/* ROWS pixels (their tap (0, 0) at corner[r]) × VECS vectors of output channels: vectors 0, 1
+   from panel, 2, 3 from the next panel (panel2), each step a row of both. */
 static inline __attribute__((always_inline)) void
-conv_tile(int ROWS, int HALVES, const float *const *corner, const int64_t *offsets,
-          int64_t runs, int64_t run, const float *panel, const float *bias, float *c,
-          int64_t ldc, int64_t width, int act) {
-    v16 s[MR][2];
+conv_tile(int ROWS, int VECS, const float *const *corner, const int64_t *offsets,
+          int64_t runs, int64_t run, const float *panel, const float *panel2,
+          const float *bias, float *c, int64_t ldc, int64_t width, int act) {
+    v16 s[CONV_ROWS][CONV_VECS];
     for (int r = 0; r < ROWS; r++)
-        for (int h = 0; h < HALVES; h++) {
+        for (int h = 0; h < VECS; h++) {
             if (bias) memcpy(&s[r][h], bias + 16 * h, 64);
             else s[r][h] = (v16){0};
         }
-    const float *bp = panel;
+    const float *bp = panel, *bq = panel2;
     for (int64_t t = 0; t < runs; t++) {
-        const float *a[MR];
+        const float *a[CONV_ROWS];
         for (int r = 0; r < ROWS; r++)
             a[r] = corner[r] + offsets[t];
-        for (int64_t i = 0; i < run; i++, bp += NR) {
-            v16 b[2];
-            for (int h = 0; h < HALVES; h++)
-                memcpy(&b[h], bp + 16 * h, 64);
+        for (int64_t i = 0; i < run; i++, bp += NR, bq += NR) {
+            v16 b[CONV_VECS];
+            for (int h = 0; h < VECS; h++)
+                memcpy(&b[h], (h < 2 ? bp : bq) + 16 * (h & 1), 64);
             for (int r = 0; r < ROWS; r++) {
                 float av = a[r][i];
-                for (int h = 0; h < HALVES; h++)
+                for (int h = 0; h < VECS; h++)
                     s[r][h] += av * b[h];
             }
         }
     }
-    store_tile(ROWS, HALVES, s, c, ldc, width, act);
+    if (act) {
+        v16 all[CONV_ROWS * CONV_VECS];
+        for (int r = 0; r < ROWS; r++)
+            for (int h = 0; h < VECS; h++)
+                all[r * VECS + h] = s[r][h];
+        sr_act16_many(all, ROWS * VECS, act);
+        for (int r = 0; r < ROWS; r++)
+            for (int h = 0; h < VECS; h++)
+                s[r][h] = all[r * VECS + h];
+    }
+    for (int r = 0; r < ROWS; r++)
+        for (int h = 0; h < VECS; h++)
+            sr_store16(c + r * ldc + 16 * h, s[r][h], width - 16 * h);
 }
 
+/* conv_tileR: R pixels, as many vectors as width (1..64 channels; past 32 with panel2) needs
+   (a caller gives more than 32 channels only to tiles of at most CONV_WIDE_ROWS pixels) */
 #define CONV_TILE(R) \
 static void conv_tile##R(const float *const *corner, const int64_t *offsets, int64_t runs, \
-                         int64_t run, const float *panel, const float *bias, float *c, \
-                         int64_t ldc, int64_t width, int act) { \
-    if (width > 16) conv_tile(R, 2, corner, offsets, runs, run, panel, bias, c, ldc, width, \
-                              act); \
-    else conv_tile(R, 1, corner, offsets, runs, run, panel, bias, c, ldc, width, act); }
+                         int64_t run, const float *panel, const float *panel2, \
+                         const float *bias, float *c, int64_t ldc, int64_t width, int act) { \
+    if (width > 48 && R <= CONV_WIDE_ROWS && CONV_VECS == 4) \
+        conv_tile(R, CONV_VECS, corner, offsets, runs, run, panel, panel2, bias, c, ldc, \
+                  width, act); \
+    else if (width > 32 && R <= CONV_WIDE_ROWS && CONV_VECS == 4) \
+        conv_tile(R, 3, corner, offsets, runs, run, panel, panel2, bias, c, ldc, width, act); \
+    else if (width > 16) \
+        conv_tile(R, 2, corner, offsets, runs, run, panel, panel2, bias, c, ldc, width, act); \
+    else \
+        conv_tile(R, 1, corner, offsets, runs, run, panel, panel2, bias, c, ldc, width, act); }
 CONV_TILE(1) CONV_TILE(2) CONV_TILE(3) CONV_TILE(4)
 #if MR == 8
-CONV_TILE(5) CONV_TILE(6) CONV_TILE(7) CONV_TILE(8)
+CONV_TILE(5) CONV_TILE(6) CONV_TILE(7) CONV_TILE(8) CONV_TILE(9) CONV_TILE(10) CONV_TILE(11)
+CONV_TILE(12)
 #endif
 
 typedef void (*conv_tile_fn)(const float *const *, const int64_t *, int64_t, int64_t,
-                             const float *, const float *, float *, int64_t, int64_t, int);
-static const conv_tile_fn CONV_TILES[MR + 1] = {0, conv_tile1, conv_tile2, conv_tile3, conv_tile4,
+                             const float *, const float *, const float *, float *, int64_t,
+                             int64_t, int);
+static const conv_tile_fn CONV_TILES[CONV_ROWS + 1] = {
+    0, conv_tile1, conv_tile2, conv_tile3, conv_tile4,
 #if MR == 8
-                                                conv_tile5, conv_tile6, conv_tile7, conv_tile8
+    conv_tile5, conv_tile6, conv_tile7, conv_tile8, conv_tile9, conv_tile10, conv_tile11,
+    conv_tile12
 #endif
 };
 
@@ -358,14 +403,18 @@ int sr_conv2d(const float *in, const float *packed, const float *bias, float *ou
             for (int64_t j = 0; j < (merged ? 1 : kw); j++)
                 offsets[t++] = c * plane + (i * dh * wp + j * dw) * pixel;
     const int64_t m = n * oh * ow, k = kh * kw * cin, image = hp * wp * cin;
-    for (int64_t p = 0; p * NR < cout; p++) {
+    /* Output channels a panel, or two panels at once where two remain (on AVX-512) */
+    for (int64_t p = 0; p * NR < cout; ) {
         const float *panel = packed + p * NR * k;
         const float *bp = bias ? bias + p * NR : 0;
-        int64_t width = cout - p * NR < NR ? cout - p * NR : NR;
+        const int pair = CONV_VECS == 4 && cout - p * NR > NR;
+        const int64_t cols = pair ? 2 * NR : NR;
+        const int64_t width = cout - p * NR < cols ? cout - p * NR : cols;
+        const int tile_rows = pair ? CONV_WIDE_ROWS : width > 16 ? CONV_ROWS : MR;
         int64_t b = 0, y = 0, x = 0;  /* the next tile's first pixel */
-        for (int64_t r = 0; r < m; r += MR) {
-            int rows = m - r < MR ? (int)(m - r) : MR;
-            const float *corner[MR];
+        for (int64_t r = 0; r < m; r += tile_rows) {
+            int rows = m - r < tile_rows ? (int)(m - r) : tile_rows;
+            const float *corner[CONV_ROWS];
             for (int q = 0; q < rows; q++) {
                 corner[q] = src + b * image + (y * sh * wp + x * sw) * pixel;
                 if (++x == ow) {
@@ -376,9 +425,11 @@ int sr_conv2d(const float *in, const float *packed, const float *bias, float *ou
                     }
                 }
             }
-            CONV_TILES[rows](corner, offsets, runs, run, panel, bp, out + r * cout + p * NR,
-                             cout, width, act);
+            CONV_TILES[rows](corner, offsets, runs, run, panel,
+                             pair ? panel + NR * k : panel, bp, out + r * cout + p * NR, cout,
+                             width, act);
         }
+        p += pair ? 2 : 1;
     }
     if (offsets != stack_offsets) free(offsets);
     free(copy);
