@@ -1,4 +1,4 @@
-"""Our convolution kernel (``sr_conv2d`` of ``ops/ckernels/gemm.c``: an implicit GEMM over
+"""Our convolution kernel (``sr_conv2d_block`` of ``ops/ckernels/gemm.c``: an implicit GEMM over
 output pixels) against its source at another git revision and against ATen's ``conv2d``
 (oneDNN for a channels-last input), in one process, one thread.
 

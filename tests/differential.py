@@ -40,7 +40,7 @@ OPTION_SETS: dict[str, sr.StaticModuleOptions] = {
         remove_noops=False, variadic_cat_stack=False, merge_tuple_unpacks=False,
         specialize_alpha=False, functionalize=False, eliminate_dead_code=False,
         inplace_activations=False, fuse_attention=False, fuse_convolution=False,
-        fuse_linear_pointwise=False, fold_batchnorm=False, pack_linears=False, fuse_transformer_encoder=False, scalarize_loop_counters=False, unroll_loops=False, fuse_gated_linear=False, fuse_linear_residual=False, fuse_scaled_index_add=False, fuse_rotary=False,
+        fuse_linear_pointwise=False, fold_batchnorm=False, pack_linears=False, fuse_transformer_encoder=False, scalarize_loop_counters=False, unroll_loops=False, fuse_gated_linear=False, fuse_linear_residual=False, fuse_conv_residual=False, fuse_scaled_index_add=False, fuse_rotary=False,
         specialize_signature=False, hoist_views=False, batch_embeddings=False, causal_conv1d=False,
         kernel_choice="default"),
     # issue 12: regions of small operators compiled by Inductor (where the C++ compiler

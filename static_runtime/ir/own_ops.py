@@ -90,6 +90,13 @@ GATED_LINEAR = ("static_runtime::gated_linear(Tensor input, Tensor gate_weight, 
 LINEAR_RESIDUAL = ("static_runtime::linear_residual(Tensor input, Tensor weight, Tensor? bias, "
                    "Tensor residual, str attr) -> Tensor")
 
+#: ``act(conv2d_pointwise(input, weight, bias, stride, padding, dilation, groups, "none")
+#: + residual)``, ``attr`` one of ``CONV_POSTOPS``' names (``passes/residual.py``): a residual
+#: block's last convolution, the shortcut added and the activation after it.
+CONV2D_RESIDUAL = ("static_runtime::conv2d_residual(Tensor input, Tensor weight, Tensor? bias, "
+                   "int[] stride, int[] padding, int[] dilation, int groups, Tensor residual, "
+                   "str attr) -> Tensor")
+
 #: ``self.index_add_(0, index, source * scale.unsqueeze(-1))``: a mixture of experts adding
 #: each expert's output, weighted by its routing weights, back at its tokens' rows
 #: (``passes/scatter.py``).
@@ -111,7 +118,8 @@ COMPARE_SCALAR = "static_runtime::compare_scalar(Tensor self, Scalar other, str 
 SCHEMAS = (*SPECIALIZED_SCHEMAS.values(), ATTENTION, MASKED_ATTENTION, CONV2D_POINTWISE,
            LINEAR_POINTWISE, LAYOUT_AS, LSTM, GRU, RMS_NORM, EMBEDDINGS, EMBEDDING_BAGS,
            EMBEDDING_BAG_ROWS, COMPARE_SCALAR,
-           L2_NORMALIZE, GATED_LINEAR, LINEAR_RESIDUAL, INDEX_ADD_SCALED, ROTARY)
+           L2_NORMALIZE, GATED_LINEAR, LINEAR_RESIDUAL, CONV2D_RESIDUAL, INDEX_ADD_SCALED,
+           ROTARY)
 
 #: Keeps the declarations alive (dropping a Library object deregisters its operators).
 _LIBRARIES: list[torch.library.Library] = []

@@ -183,6 +183,7 @@ def select(node: Node, *, enable_out_variant: bool = True, fast_bindings: bool =
         conv,
         conv1d,
         conv_plain,
+        conv_residual,
         embeddings,
         fallback,
         gated,

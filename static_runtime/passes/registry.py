@@ -32,7 +32,7 @@ from static_runtime.passes.norms import fuse_l2_normalize, fuse_rms_norm
 from static_runtime.passes.packing import pack_linears
 from static_runtime.passes.recurrent import compile_recurrent
 from static_runtime.passes.regions import fuse_regions
-from static_runtime.passes.residual import fuse_linear_residual
+from static_runtime.passes.residual import fuse_conv_residual, fuse_linear_residual
 from static_runtime.passes.rotary import fuse_rotary
 from static_runtime.passes.scatter import fuse_scaled_index_add
 from static_runtime.passes.transformer import fuse_transformer_encoder
@@ -73,6 +73,7 @@ def passes(evaluate: NodeEvaluator, measured_kernels: bool = False
         "causal_conv1d": causal_conv1d,
         "fuse_convolution": fuse_convolution,
         "channels_last": channels_last,
+        "fuse_conv_residual": fuse_conv_residual,
         "fuse_linear_pointwise": fuse_linear_pointwise,
         "fuse_linear_activation": fuse_linear_activation,
         "compile_recurrent": compile_recurrent,

@@ -1,4 +1,4 @@
-"""``fuse_linear_residual``: a product with a constant weight and a tensor added to it — a
+"""``fuse_linear_residual`` and ``fuse_conv_residual``: a product with a constant weight and a tensor added to it — a
 transformer's output and down projections added back to the residual stream (LLaMA's have no
 bias), a recurrence ``tanh(W h + U x)`` — become one ``static_runtime::linear_residual`` node
 (``ir/own_ops.py``), with the activation that is the sum's only user. Matched by schema and
@@ -15,6 +15,19 @@ adds it in its epilogue (one call, no pass over the sum for the add and the acti
 anything else runs the operators it replaced. With ``kernel_choice="measure"`` only — the
 option that times our product against them (``StaticModuleOptions.passes_enabled``). It runs
 before ``pack_linears`` and the linear fusions, which would take the product first.
+
+``fuse_conv_residual`` does the same for a residual block's last convolution (ResNet's, and
+every conv net with shortcuts), after ``channels_last`` has made it a fused convolution::
+
+    y = static_runtime::conv2d_pointwise(x, W, b, stride, padding, dilation, groups, "none")
+    s = static_runtime::add(y, r)        either order; aten::add with alpha the constant 1 too
+    a = act(s)                           optional: an activation ``conv2d_pointwise`` takes
+
+→ ``static_runtime::conv2d_residual(x, W, b, stride, padding, dilation, groups, r, attr)``
+(``ops/conv_residual.py``): oneDNN's convolution with the add and the activation as post-ops,
+or our implicit GEMM adding ``r`` before its activation, whichever measures faster; the
+operators it replaced where ``r`` is not a channels-last tensor of the result's shape. Also
+with ``kernel_choice="measure"`` only.
 """
 
 from __future__ import annotations
@@ -24,10 +37,15 @@ import torch
 from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
 from static_runtime.ir.graph import Graph, Node
-from static_runtime.ir.own_ops import LINEAR_RESIDUAL, SPECIALIZED_SCHEMAS
+from static_runtime.ir.own_ops import (
+    CONV2D_POINTWISE,
+    CONV2D_RESIDUAL,
+    LINEAR_RESIDUAL,
+    SPECIALIZED_SCHEMAS,
+)
 from static_runtime.passes.constant_propagation import constant_value
 from static_runtime.passes.effects import has_side_effects
-from static_runtime.passes.fusion import _fusable_linear, _linear_postop_attr
+from static_runtime.passes.fusion import _fusable_linear, _linear_postop_attr, _postop_attr
 
 _LINEAR = str(torch.ops.aten.linear.default._schema)
 _ADD = str(torch.ops.aten.add.Tensor._schema)
@@ -72,6 +90,39 @@ def _fuse(graph: Graph, add: Node) -> bool:
             [*linear.inputs, residual, graph.constant(attr or "none", T.Str, before=linear)],
             schema=LINEAR_RESIDUAL, remove=(act, add, linear) if attr else (add, linear))
         fused.source = linear.source or add.source
+        return True
+    return False
+
+
+def fuse_conv_residual(graph: Graph) -> bool:
+    changed = False
+    for node in list(graph.walk()):
+        if node.owning_block is not None and _is_add(node):
+            changed |= _fuse_conv(graph, node)
+    return changed
+
+
+def _fuse_conv(graph: Graph, add: Node) -> bool:
+    for side in (0, 1):
+        conv = add.inputs[side].node
+        if conv.schema != CONV2D_POINTWISE or conv.owning_block is not add.owning_block \
+                or constant_value(conv.inputs[7]) != (True, "none") \
+                or add.inputs[side].sole_user() is not add:  # (x + x: two uses)
+            continue
+        residual = add.inputs[1 - side]
+        act = add.output.sole_user()
+        attr = None
+        if act is not None and act.owning_block is add.owning_block \
+                and act.inputs[0] is add.output:
+            attr = _postop_attr(act)
+        last = act if attr is not None else add
+        if not _nothing_written_between(conv, last):
+            continue  # (the convolution moves to the sum's place: its input must read the same)
+        fused = graph.replace_node(
+            last, "static_runtime::conv2d_residual",
+            [*conv.inputs[:7], residual, graph.constant(attr or "none", T.Str, before=conv)],
+            schema=CONV2D_RESIDUAL, remove=(act, add, conv) if attr else (add, conv))
+        fused.source = conv.source or add.source
         return True
     return False
 

@@ -102,6 +102,10 @@ class StaticModuleOptions:
     #: by default: over the zoo's conv nets 0.41–1.05 × the time without it (UNet 0.41,
     #: ConvNeXt 0.78 at batch 1; MobileNet ~1 µs more for the conversion at its head)
     channels_last: bool = True
+    #: ``act(conv(x) + r)`` (a residual block's last convolution, its shortcut and the
+    #: activation after it) → one node whose kernel is measured (oneDNN's post-ops or our
+    #: convolution adding ``r``; ``passes/residual.py``), with ``kernel_choice="measure"``
+    fuse_conv_residual: bool = True
     #: linear with a constant float32 weight of 512 × 512 or more (+ the relu, gelu, tanh,
     #: sigmoid, hardswish, ReLU6 or silu after it) → one node that runs oneDNN's fused,
     #: prepacked linear from 8 rows on (0.4–0.9 × the time of addmm + activation there) and
@@ -235,6 +239,7 @@ class StaticModuleOptions:
         enabled["fuse_l2_normalize"] &= self.kernel_choice == "measure"
         enabled["fuse_gated_linear"] &= self.kernel_choice == "measure"
         enabled["fuse_linear_residual"] &= self.kernel_choice == "measure"
+        enabled["fuse_conv_residual"] &= self.kernel_choice == "measure" and self.fuse_convolution
         enabled["fuse_scaled_index_add"] &= self.kernel_choice == "measure"
         enabled["fuse_rotary"] &= self.kernel_choice == "measure"
         enabled["fuse_linear_activation"] &= self.kernel_choice == "measure"

@@ -19,7 +19,8 @@ from static_runtime.ops.registry import Tier, may_hand_back
 pytestmark = pytest.mark.skipif(not ckernels.available(),
                                 reason=f"no C kernels: {ckernels.why_unavailable()}")
 
-CONV = "static_runtime::conv2d_pointwise"
+#: the measured convolutions: alone, and with a residual added (``fuse_conv_residual``)
+CONVS = ("static_runtime::conv2d_pointwise", "static_runtime::conv2d_residual")
 
 
 def _force(monkeypatch, pick):
@@ -32,7 +33,7 @@ def _force(monkeypatch, pick):
 
 
 def _convs(mod: sr.StaticModule) -> list:
-    return [pn for pn in mod.plan.nodes() if pn.kind == CONV]
+    return [pn for pn in mod.plan.nodes() if pn.kind in CONVS]
 
 
 def _names_in_arena(mod: sr.StaticModule) -> set[str]:
@@ -148,7 +149,7 @@ def test_a_new_shape_of_a_bucket_runs_the_interim_kernel_then_the_choice(allocat
     options = sr.StaticModuleOptions(shape_programs=False) if not allocating else \
         sr.StaticModuleOptions(enable_out_variant=False, optimize_memory=False)
     mod = sr.StaticModule(torch.jit.script(model), options)
-    assert next(pn.kind for pn in mod.plan.nodes()) == CONV  # (then the layout back)
+    assert next(pn.kind for pn in mod.plan.nodes()) == CONVS[0]  # (then the layout back)
     # (1, 3, 12, 12) measured there; (1, 3, 13, 12) a new shape of its bucket (pixels ≤ 256)
     _run(mod, model, ((1, 3, 12, 12), (1, 3, 13, 12)), calls=7)
     new = [name for name, shape in ran if shape == (1, 3, 13, 12)]

@@ -496,8 +496,8 @@ def _conv_inputs():
 def test_conv_differential_two_shape_sets():
     first, second = _conv_inputs()
     mod = check(Convs().eval(), first, second, options=OPTIONS)["measure"]
-    labels = [pn.impl.label for pn in mod.plan.nodes()
-              if pn.kind == "static_runtime::conv2d_pointwise"]
+    labels = [pn.impl.label for pn in mod.plan.nodes() if pn.kind in (
+        "static_runtime::conv2d_pointwise", "static_runtime::conv2d_residual")]
     assert len(labels) == 4 and all("by measurement" in label for label in labels)
     assert "(measured at x=(2, 3, 9, 7)): " in mod.describe()
 

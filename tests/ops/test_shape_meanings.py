@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import static_runtime.ops.activations  # (registers the activations' meanings)
+import static_runtime.ops.conv_residual  # (registers conv2d_residual's meaning)
 import static_runtime.ops.gated  # (registers gated_linear's meaning)
 import static_runtime.ops.norms  # (registers layer_norm's and rms_norm's meanings)
 import static_runtime.ops.residual  # (registers linear_residual's meaning)
@@ -53,6 +54,22 @@ def test_conv2d_pointwise(attr, shape, groups, channels_last):
     b = torch.randn(w.shape[0])
     _same_metadata("static_runtime::conv2d_pointwise",
                    [x, w, b, [1, 1], [1, 1], [1, 1], groups, attr])
+
+
+@pytest.mark.parametrize("attr", sorted(CONV_POSTOPS))
+@pytest.mark.parametrize("channels_last,residual", [
+    (True, lambda: torch.randn(2, 16, 6, 5).contiguous(memory_format=torch.channels_last)),
+    (False, lambda: torch.randn(2, 16, 6, 5)),  # channels-first: add's layout
+    (True, lambda: torch.randn(16, 1, 1)),  # broadcast into the convolution
+    (True, lambda: torch.randn(2, 16, 6, 5, dtype=torch.float64)),
+])
+def test_conv2d_residual(attr, channels_last, residual):
+    x = torch.randn(2, 8, 6, 5)
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    _same_metadata("static_runtime::conv2d_residual",
+                   [x, torch.randn(16, 8, 3, 3), torch.randn(16), [1, 1], [1, 1], [1, 1], 1,
+                    residual(), attr])
 
 
 @pytest.mark.parametrize("attr", sorted(LINEAR_POSTOPS))

@@ -174,8 +174,11 @@ def images(batch, size, cin=3):
 def test_convolutions_fused_with_their_relu():
     net = torch.jit.script(ConvNet().eval())
     ks = kinds(net)
-    assert ks.count("static_runtime::conv2d_pointwise") == 3 and "aten::conv2d" not in ks
-    assert ks.count("aten::relu") + ks.count("aten::relu_") == 1  # after the residual add
+    assert ks.count("static_runtime::conv2d_pointwise") == 2 and "aten::conv2d" not in ks
+    # the last convolution with the residual added and the relu after the sum
+    # (``fuse_conv_residual``)
+    assert ks.count("static_runtime::conv2d_residual") == 1
+    assert ks.count("aten::relu") + ks.count("aten::relu_") == 0
     check(net, images(1, 12), images(3, 9))
 
 
@@ -264,7 +267,8 @@ class InvertedResidual(torch.nn.Module):
 def test_depthwise_and_pointwise_convolutions_fused_with_their_activations():
     net = torch.jit.script(InvertedResidual().eval())
     ks = kinds(net)
-    assert ks.count("static_runtime::conv2d_pointwise") == 6 and "aten::conv2d" not in ks
+    assert ks.count("static_runtime::conv2d_pointwise") == 5 and "aten::conv2d" not in ks
+    assert ks.count("static_runtime::conv2d_residual") == 1  # project(y) + x
     for act in ("hardtanh", "hardswish", "silu", "relu"):
         assert f"aten::{act}" not in ks and f"aten::{act}_" not in ks, act
     assert "aten::hardsigmoid" in ks or "aten::hardsigmoid_" in ks  # its input is no conv

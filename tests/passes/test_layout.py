@@ -68,7 +68,8 @@ def test_region_kept_and_converted_once_at_the_output():
     net = torch.jit.script(UNetish().eval())
     graph = sr.prepare(net, ON)
     ks = [n.kind for n in graph.walk()]
-    assert "aten::conv2d" not in ks and ks.count("static_runtime::conv2d_pointwise") == 5
+    assert "aten::conv2d" not in ks and ks.count("static_runtime::conv2d_pointwise") == 4
+    assert ks.count("static_runtime::conv2d_residual") == 1  # up(cat) + e
     assert _layout_as_inputs(graph) == ["static_runtime::conv2d_pointwise"]
     ret = graph.block.return_node
     assert ret.inputs[0].node.kind == "static_runtime::layout_as"

@@ -242,6 +242,8 @@ def _declare(lib: ctypes.CDLL) -> ctypes.CDLL:
                                           _I64, _I64, _I64, _I64, _PTR, _PTR]
     lib.sr_embeddings.restype = ctypes.c_int
     lib.sr_embeddings.argtypes = [_PTR, ctypes.c_int, _I64, _I64, _I64, _PTR, _PTR]
+    lib.sr_conv2d_res_block.restype = ctypes.c_int
+    lib.sr_conv2d_res_block.argtypes = [_PTR, _PTR, _PTR, _PTR]
     lib.sr_gemm_res_rows.restype = None
     lib.sr_gemm_res_rows.argtypes = [_PTR, _PTR, _PTR, _I64, _PTR]
     lib.sr_rms_norm.restype = None

@@ -98,7 +98,7 @@ class Conv2d:
         self.cout, self.cin, self.kh, self.kw = weight.shape
         self.weight, self.bias, self.act = weight.detach(), bias, act
         self.stride, self.padding, self.dilation = list(stride), list(padding), list(dilation)
-        self._run = lib.sr_conv2d_block
+        self._run, self._run_residual = lib.sr_conv2d_block, lib.sr_conv2d_res_block
         #: channels-first → the implicit GEMM's (KH·KW·Cin, Cout) matrix, packed by the GEMM's
         #: packing, in the order the input holds a pixel's taps: (i, j, ci) channels-last,
         #: (i, ci, j) channels-first (made when an input of that layout first comes)
@@ -157,8 +157,18 @@ class Conv2d:
                                                   or sizes(shape, channels_first))
             return unchecked(run, out_shape, strides, address, (self, block), "Conv2d")
 
+        def residual_for(shape: torch.Size, channels_first: bool = False):
+            """``(x, r) -> act(conv2d(x) + r)`` for float32 CPU inputs of ``shape``
+            (channels-last, or contiguous with ``channels_first``) and a channels-last float32
+            residual ``r`` of the result's shape, unchecked."""
+            out_shape, strides, address, block = (shapes.get((shape, channels_first))
+                                                  or sizes(shape, channels_first))
+            return unchecked_residual(self._run_residual, out_shape, strides, address,
+                                      (self, block))
+
         conv2d.keep = self  # type: ignore[attr-defined]
         conv2d.direct_for = direct_for  # type: ignore[attr-defined]
+        conv2d.residual_for = residual_for  # type: ignore[attr-defined]
         conv2d.reads_channels_first = True  # type: ignore[attr-defined]
         return conv2d
 
@@ -185,6 +195,28 @@ def unchecked(run, out_shape: tuple, strides: tuple, address: int, keep: tuple,
         if run(x.data_ptr(), out.data_ptr(), address) and fails is not None:
             raise MemoryError(f"{fails}: no memory for its working copy of the input "
                                   f"(result {tuple(out_shape)})")
+        return out
+
+    direct.keep = into.keep = keep  # type: ignore[attr-defined]
+    direct.into = into  # type: ignore[attr-defined]
+    direct.out_shape, direct.out_strides = out_shape, strides  # type: ignore[attr-defined]
+    return direct
+
+
+def unchecked_residual(run, out_shape: tuple, strides: tuple, address: int, keep: tuple):
+    """``unchecked``'s call with a residual: ``(x, r) -> result``, ``r`` a float32
+    channels-last tensor of the result's shape added before the activation (``run`` is
+    ``sr_conv2d_res_block``); ``.into(x, r, out)`` writes ``out`` (``r`` may be ``out``)."""
+    empty_strided = torch.empty_strided
+
+    def into(x: torch.Tensor, r: torch.Tensor, out: torch.Tensor) -> None:
+        if run(x.data_ptr(), out.data_ptr(), r.data_ptr(), address):
+            raise MemoryError(f"Conv2d: no memory for its working copy of the input "
+                              f"(result {tuple(out_shape)})")
+
+    def direct(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        out = empty_strided(out_shape, strides)
+        into(x, r, out)
         return out
 
     direct.keep = into.keep = keep  # type: ignore[attr-defined]

@@ -272,7 +272,7 @@ int sr_gemm_gated_block(const float *a, float *out, const int64_t *p) {
 static inline __attribute__((always_inline)) void
 conv_tile(int ROWS, int VECS, const float *const *corner, const int64_t *offsets,
           int64_t runs, int64_t run, const float *panel, const float *panel2,
-          const float *bias, float *c, int64_t ldc, int64_t width, int act) {
+          const float *bias, float *c, int64_t ldc, int64_t width, int act, const float *res) {
     v16 s[CONV_ROWS][CONV_VECS];
     for (int r = 0; r < ROWS; r++)
         for (int h = 0; h < VECS; h++) {
@@ -295,6 +295,10 @@ conv_tile(int ROWS, int VECS, const float *const *corner, const int64_t *offsets
             }
         }
     }
+    if (res)  /* the residual, added to the finished sum (as an add after the convolution) */
+        for (int r = 0; r < ROWS; r++)
+            for (int h = 0; h < VECS; h++)
+                s[r][h] += sr_load16(res + r * ldc + 16 * h, width - 16 * h);
     if (act) {
         v16 all[CONV_ROWS * CONV_VECS];
         for (int r = 0; r < ROWS; r++)
@@ -315,16 +319,20 @@ conv_tile(int ROWS, int VECS, const float *const *corner, const int64_t *offsets
 #define CONV_TILE(R) \
 static void conv_tile##R(const float *const *corner, const int64_t *offsets, int64_t runs, \
                          int64_t run, const float *panel, const float *panel2, \
-                         const float *bias, float *c, int64_t ldc, int64_t width, int act) { \
+                         const float *bias, float *c, int64_t ldc, int64_t width, int act, \
+                         const float *res) { \
     if (width > 48 && R <= CONV_WIDE_ROWS && CONV_VECS == 4) \
         conv_tile(R, CONV_VECS, corner, offsets, runs, run, panel, panel2, bias, c, ldc, \
-                  width, act); \
+                  width, act, res); \
     else if (width > 32 && R <= CONV_WIDE_ROWS && CONV_VECS == 4) \
-        conv_tile(R, 3, corner, offsets, runs, run, panel, panel2, bias, c, ldc, width, act); \
+        conv_tile(R, 3, corner, offsets, runs, run, panel, panel2, bias, c, ldc, width, act, \
+                  res); \
     else if (width > 16) \
-        conv_tile(R, 2, corner, offsets, runs, run, panel, panel2, bias, c, ldc, width, act); \
+        conv_tile(R, 2, corner, offsets, runs, run, panel, panel2, bias, c, ldc, width, act, \
+                  res); \
     else \
-        conv_tile(R, 1, corner, offsets, runs, run, panel, panel2, bias, c, ldc, width, act); }
+        conv_tile(R, 1, corner, offsets, runs, run, panel, panel2, bias, c, ldc, width, act, \
+                  res); }
 CONV_TILE(1) CONV_TILE(2) CONV_TILE(3) CONV_TILE(4)
 #if MR == 8
 CONV_TILE(5) CONV_TILE(6) CONV_TILE(7) CONV_TILE(8) CONV_TILE(9) CONV_TILE(10) CONV_TILE(11)
@@ -333,7 +341,7 @@ CONV_TILE(12)
 
 typedef void (*conv_tile_fn)(const float *const *, const int64_t *, int64_t, int64_t,
                              const float *, const float *, const float *, float *, int64_t,
-                             int64_t, int);
+                             int64_t, int, const float *);
 static const conv_tile_fn CONV_TILES[CONV_ROWS + 1] = {
     0, conv_tile1, conv_tile2, conv_tile3, conv_tile4,
 #if MR == 8
@@ -368,14 +376,16 @@ static float *padded_copy(const float *in, int64_t n, int64_t h, int64_t w, int6
 }
 
 /* in (N, Cin, H, W), channels-last (channels_first 0) or contiguous (1) → out (N, OH, OW,
-   Cout) channels-last; bias NULL or padded as for sr_gemm. The packed weight's K order is
-   (i, j, ci) for a channels-last input, (i, ci, j) for a contiguous one: the order the input
-   holds a pixel's taps in. Returns 0, or -1 when the padded copy could not be allocated
-   (nothing written). */
-int sr_conv2d(const float *in, const float *packed, const float *bias, float *out,
-              int64_t n, int64_t h, int64_t w, int64_t cin, int64_t kh, int64_t kw,
-              int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
-              int64_t oh, int64_t ow, int64_t cout, int act, int channels_first) {
+   Cout) channels-last; bias NULL or padded as for sr_gemm; res NULL, or a residual of out's
+   shape and layout (out itself allowed) added to each finished sum before the activation.
+   The packed weight's K order is (i, j, ci) for a channels-last input, (i, ci, j) for a
+   contiguous one: the order the input holds a pixel's taps in. Returns 0, or -1 when the
+   padded copy could not be allocated (nothing written). */
+static int conv2d(const float *in, const float *packed, const float *bias, float *out,
+                  int64_t n, int64_t h, int64_t w, int64_t cin, int64_t kh, int64_t kw,
+                  int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dh, int64_t dw,
+                  int64_t oh, int64_t ow, int64_t cout, int act, int channels_first,
+                  const float *res) {
     float *copy = 0;
     const float *src = in;
     if (ph || pw) {
@@ -427,7 +437,7 @@ int sr_conv2d(const float *in, const float *packed, const float *bias, float *ou
             }
             CONV_TILES[rows](corner, offsets, runs, run, panel,
                              pair ? panel + NR * k : panel, bp, out + r * cout + p * NR, cout,
-                             width, act);
+                             width, act, res ? res + r * cout + p * NR : 0);
         }
         p += pair ? 2 : 1;
     }
@@ -436,10 +446,18 @@ int sr_conv2d(const float *in, const float *packed, const float *bias, float *ou
     return 0;
 }
 
-/* sr_conv2d with its constants and sizes in one block (packed, bias, n, h, w, cin, kh, kw,
+/* conv2d with its constants and sizes in one block (packed, bias, n, h, w, cin, kh, kw,
    sh, sw, ph, pw, dh, dw, oh, ow, cout, act, channels_first). */
 int sr_conv2d_block(const float *in, float *out, const int64_t *p) {
-    return sr_conv2d(in, (const float *)(intptr_t)p[0], (const float *)(intptr_t)p[1], out,
-                     p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13],
-                     p[14], p[15], p[16], (int)p[17], (int)p[18]);
+    return conv2d(in, (const float *)(intptr_t)p[0], (const float *)(intptr_t)p[1], out,
+                  p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13],
+                  p[14], p[15], p[16], (int)p[17], (int)p[18], 0);
+}
+
+/* sr_conv2d_block adding a residual res (out's shape, channels-last) before the activation:
+   a residual block's act(conv(x) + r) in one pass. */
+int sr_conv2d_res_block(const float *in, float *out, const float *res, const int64_t *p) {
+    return conv2d(in, (const float *)(intptr_t)p[0], (const float *)(intptr_t)p[1], out,
+                  p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13],
+                  p[14], p[15], p[16], (int)p[17], (int)p[18], res);
 }
