@@ -6,7 +6,7 @@ A kernel change is timed against the old source built beside it (``kernel_builds
 shape, rounds alternate the two builds and ATen, the order reversed every other round;
 medians of the rounds. Both builds must give the same bits, and agree with ATen. The shapes
 are the 3 × 3 convolutions of the zoo's conv nets (``resnet_tiny``, ``unet_tiny``) at batch
-1, 4 and 8, and a few wider ones.
+1, 4 and 8, a few wider ones, and ``tcn``'s dilated 1-D convolutions.
 
     python benchmarks/conv_kernel.py --base HEAD~1
     python benchmarks/conv_kernel.py --base c9ddec8 --rounds 40
@@ -31,12 +31,29 @@ if str(ROOT) not in sys.path:  # (run as a script)
 
 from benchmarks.kernel_builds import alternate, build, sources
 
-#: (batch, in channels, height = width, out channels, stride, channels-last input), 3 × 3,
-#: padding 1
-SHAPES = [(1, 32, 16, 32, 1, True), (1, 64, 8, 64, 1, True), (4, 16, 32, 16, 1, True),
-          (4, 32, 16, 32, 1, True), (4, 64, 8, 64, 1, True), (4, 16, 32, 32, 2, True),
-          (8, 32, 8, 64, 1, True), (8, 64, 8, 64, 1, True), (8, 64, 16, 32, 1, True),
-          (8, 3, 32, 16, 1, False), (2, 32, 16, 96, 1, True), (1, 128, 8, 128, 1, True)]
+#: (batch, in channels, height, width, out channels, kernel (KH, KW), stride, padding (PH, PW),
+#: dilation (DH, DW), channels-last input): the 3 × 3 convolutions of the zoo's conv nets, a
+#: few wider ones, and the temporal conv net's dilated 1-D ones (height 1, channels-first, as
+#: ``conv1d`` runs them)
+SHAPES = [
+    (1, 32, 16, 16, 32, (3, 3), 1, (1, 1), (1, 1), True),
+    (1, 64, 8, 8, 64, (3, 3), 1, (1, 1), (1, 1), True),
+    (1, 16, 32, 32, 16, (3, 3), 1, (1, 1), (1, 1), True),
+    (4, 16, 32, 32, 16, (3, 3), 1, (1, 1), (1, 1), True),
+    (4, 32, 16, 16, 32, (3, 3), 1, (1, 1), (1, 1), True),
+    (4, 64, 8, 8, 64, (3, 3), 1, (1, 1), (1, 1), True),
+    (4, 16, 32, 32, 32, (3, 3), 2, (1, 1), (1, 1), True),
+    (8, 32, 8, 8, 64, (3, 3), 1, (1, 1), (1, 1), True),
+    (8, 64, 8, 8, 64, (3, 3), 1, (1, 1), (1, 1), True),
+    (8, 64, 16, 16, 32, (3, 3), 1, (1, 1), (1, 1), True),
+    (8, 32, 32, 32, 16, (3, 3), 1, (1, 1), (1, 1), True),
+    (8, 3, 32, 32, 16, (3, 3), 1, (1, 1), (1, 1), False),
+    (2, 32, 16, 16, 96, (3, 3), 1, (1, 1), (1, 1), True),
+    (1, 128, 8, 8, 128, (3, 3), 1, (1, 1), (1, 1), True),
+    (8, 32, 1, 130, 32, (1, 3), 1, (0, 0), (1, 1), False),
+    (8, 32, 1, 144, 32, (1, 3), 1, (0, 0), (1, 8), False),
+    (1, 32, 1, 144, 32, (1, 3), 1, (0, 0), (1, 8), False),
+]
 FILES = ("gemm.c", "act.h")
 
 
@@ -51,11 +68,11 @@ def _build(rev: str | None, where: Path) -> ctypes.CDLL:
 
 
 def _call(lib: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-          stride: int, out: torch.Tensor):
+          stride: int, padding: tuple, dilation: tuple, out: torch.Tensor):
     """``() -> None``: the kernel of ``lib`` writing relu(conv2d(x, weight, bias)) into
     ``out`` (channels-last), the weight packed by that build."""
     n, cin, h, w = x.shape
-    cout = weight.shape[0]
+    cout, _, kh, kw = weight.shape
     channels_first = not x.is_contiguous(memory_format=torch.channels_last)
     matrix = weight.permute(2, 1, 3, 0) if channels_first else weight.permute(2, 3, 1, 0)
     matrix = matrix.reshape(-1, cout).contiguous()
@@ -66,8 +83,9 @@ def _call(lib: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, bias: torch.T
     padded = torch.zeros(cols)
     padded[:cout] = bias
     oh, ow = out.shape[2:]
-    block = array.array("q", [packed.data_ptr(), padded.data_ptr(), n, h, w, cin, 3, 3, stride,
-                              stride, 1, 1, 1, 1, oh, ow, cout, 1, int(channels_first)])
+    block = array.array("q", [packed.data_ptr(), padded.data_ptr(), n, h, w, cin, kh, kw,
+                              stride, stride, *padding, *dilation, oh, ow, cout, 1,
+                              int(channels_first)])
     run, address, keep = lib.sr_conv2d_block, block.buffer_info()[0], (packed, padded, block)
 
     def call() -> None:
@@ -78,17 +96,20 @@ def _call(lib: ctypes.CDLL, x: torch.Tensor, weight: torch.Tensor, bias: torch.T
 
 
 def _time_shape(libs: dict[str, ctypes.CDLL], shape: tuple, rounds: int) -> dict[str, float]:
-    n, cin, hw, cout, stride, channels_last = shape
-    x = torch.randn(n, cin, hw, hw)
+    n, cin, h, w, cout, kernel, stride, padding, dilation, channels_last = shape
+    x = torch.randn(n, cin, h, w)
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    weight, bias = torch.randn(cout, cin, 3, 3) / (3 * cin ** 0.5), torch.randn(cout)
-    expected = torch.relu(torch.conv2d(x, weight, bias, stride, 1))
+    weight = torch.randn(cout, cin, *kernel) / (kernel[0] * kernel[1] * cin) ** 0.5
+    bias = torch.randn(cout)
+    expected = torch.relu(torch.conv2d(x, weight, bias, stride, padding, dilation))
     outs = {name: torch.empty_like(expected, memory_format=torch.channels_last)
             for name in libs}
-    calls = {name: _call(lib, x, weight, bias, stride, outs[name]) for name, lib in libs.items()}
-    calls["aten"] = lambda: torch.relu_(torch.conv2d(x, weight, bias, stride, 1))
-    flops = 2 * expected.numel() * cin * 9
+    calls = {name: _call(lib, x, weight, bias, stride, padding, dilation, outs[name])
+             for name, lib in libs.items()}
+    calls["aten"] = lambda: torch.relu_(torch.conv2d(x, weight, bias, stride, padding,
+                                                     dilation))
+    flops = 2 * expected.numel() * cin * kernel[0] * kernel[1]
     medians = alternate(calls, rounds, max(1, int(4e6 // flops)))
     if not torch.equal(outs["base"], outs["ours"]):
         raise SystemExit(f"{shape}: the two builds disagree")
@@ -106,19 +127,20 @@ def main(base: str, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as d1, tempfile.TemporaryDirectory() as d2, \
             torch.inference_mode():
         libs = {"base": _build(base, Path(d1)), "ours": _build(None, Path(d2))}
-        table = Table(title=f"3 × 3 convolution + bias + relu, µs a call (one thread; medians "
+        table = Table(title=f"convolution + bias + relu, µs a call (one thread; medians "
                             f"of {rounds} rounds): this tree against {base}")
-        for col in ("N × Cin × H × W → Cout", "stride", base, "this tree", "÷ base",
-                    "ATen conv2d", "÷ ATen"):
+        for col in ("N × Cin × H × W → Cout", "kernel, stride, dilation", base, "this tree",
+                    "÷ base", "ATen conv2d", "÷ ATen"):
             table.add_column(col, justify="right")
         ratios = []
         for shape in SHAPES:
-            n, cin, hw, cout, stride, channels_last = shape
+            n, cin, h, w, cout, kernel, stride, _, dilation, channels_last = shape
             m = _time_shape(libs, shape, rounds)
             ratios.append(m["ours"] / m["base"])
-            table.add_row(f"{n}×{cin}×{hw}×{hw} → {cout}" + ("" if channels_last else " (NCHW)"),
-                          str(stride), f"{m['base']:.1f}", f"{m['ours']:.1f}",
-                          f"{ratios[-1]:.2f}", f"{m['aten']:.1f}", f"{m['ours'] / m['aten']:.2f}")
+            table.add_row(f"{n}×{cin}×{h}×{w} → {cout}" + ("" if channels_last else " (NCHW)"),
+                          f"{kernel[0]}×{kernel[1]}, {stride}, {dilation[0]}×{dilation[1]}",
+                          f"{m['base']:.1f}", f"{m['ours']:.1f}", f"{ratios[-1]:.2f}",
+                          f"{m['aten']:.1f}", f"{m['ours'] / m['aten']:.2f}")
         Console(width=140).print(table)
         geomean = torch.tensor(ratios).log().mean().exp().item()
         print(f"geomean this tree ÷ {base}: {geomean:.3f}")

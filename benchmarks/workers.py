@@ -29,8 +29,11 @@ def run_worker(cmd: list[str], out: Path, head: dict[str, Any],
         result = json.loads(out.read_text())
         result["worker_seconds"] = time.perf_counter() - start
         return result
-    tail = [ln for ln in proc.stderr.splitlines() if ln.strip()][-3:] or ["no output"]
-    return {**head, "error": f"worker exited with {proc.returncode}: " + " | ".join(tail)[:500]}
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    # (the exception's own line: a TorchScript traceback ends with its source excerpt)
+    errors = [ln for ln in lines if "Error" in ln.split(":", 1)[0]][-2:]
+    tail = [*errors, *(ln for ln in lines[-3:] if ln not in errors)] or ["no output"]
+    return {**head, "error": f"worker exited with {proc.returncode}: " + " | ".join(tail)[:900]}
 
 
 def run_script(code: str, *args: object) -> dict[str, Any]:
