@@ -2,6 +2,7 @@
 under, a fresh kernel-choice cache per test, and the mark for tests of our own C kernels."""
 
 import pytest
+import torch
 
 import static_runtime as sr
 from static_runtime.ops import ckernels
@@ -16,6 +17,19 @@ OPTIONS = {"measure": MEASURE,
 #: skips a test module of our own kernels where no compiler could build them
 needs_ckernels = pytest.mark.skipif(not ckernels.available(),
                                     reason=f"no C kernels: {ckernels.why_unavailable()}")
+
+
+def answers_as(mod: sr.StaticModule, model, argument_sets) -> None:
+    """``mod`` answers each set of arguments as ``model`` does — dtype, shape and values,
+    twice in a row — and leaves the arguments as they were."""
+    for args in argument_sets:
+        before = [a.clone() for a in args]
+        want = model(*args)
+        for _ in range(2):
+            got = mod(*args)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        assert all(torch.equal(a, b) for a, b in zip(args, before, strict=True))
 
 
 @pytest.fixture(autouse=True)

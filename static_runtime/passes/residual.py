@@ -32,11 +32,14 @@ with ``kernel_choice="measure"`` only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 
 from static_runtime.ir import schema as S
 from static_runtime.ir import types as T
-from static_runtime.ir.graph import Graph, Node
+from static_runtime.ir.graph import Graph, Node, Value
 from static_runtime.ir.own_ops import (
     CONV2D_POINTWISE,
     CONV2D_RESIDUAL,
@@ -53,10 +56,40 @@ _OWN_ADD = SPECIALIZED_SCHEMAS["static_runtime::add.Tensor"]
 
 
 def fuse_linear_residual(graph: Graph) -> bool:
+    return _fuse_all(graph, _LINEAR_FUSION)
+
+
+def fuse_conv_residual(graph: Graph) -> bool:
+    return _fuse_all(graph, _CONV_FUSION)
+
+
+class _Fusion(NamedTuple):
+    """What one of the fusions takes and makes: ``takes(producer)``, whether the node that
+    makes one side of the sum is one it fuses; ``postop(act)``, the ``attr`` of an activation
+    after the sum (or None); ``kind`` and ``schema``, the node made; ``operands(producer)``,
+    its inputs before the residual."""
+
+    takes: Callable[[Node], bool]
+    postop: Callable[[Node], str | None]
+    kind: str
+    schema: str
+    operands: Callable[[Node], list[Value]]
+
+
+_LINEAR_FUSION = _Fusion(
+    lambda n: n.schema == _LINEAR and _fusable_linear(n, min_weight=1), _linear_postop_attr,
+    "static_runtime::linear_residual", LINEAR_RESIDUAL, lambda n: list(n.inputs))
+_CONV_FUSION = _Fusion(
+    lambda n: n.schema == CONV2D_POINTWISE and constant_value(n.inputs[7]) == (True, "none"),
+    _postop_attr, "static_runtime::conv2d_residual", CONV2D_RESIDUAL,
+    lambda n: list(n.inputs[:7]))
+
+
+def _fuse_all(graph: Graph, fusion: _Fusion) -> bool:
     changed = False
     for node in list(graph.walk()):
         if node.owning_block is not None and _is_add(node):
-            changed |= _fuse(graph, node)
+            changed |= _fuse(graph, node, fusion)
     return changed
 
 
@@ -69,11 +102,10 @@ def _is_add(node: Node) -> bool:
     return known and type(alpha) is int and alpha == 1
 
 
-def _fuse(graph: Graph, add: Node) -> bool:
+def _fuse(graph: Graph, add: Node, fusion: _Fusion) -> bool:
     for side in (0, 1):
-        linear = add.inputs[side].node
-        if linear.schema != _LINEAR or linear.owning_block is not add.owning_block \
-                or not _fusable_linear(linear, min_weight=1) \
+        producer = add.inputs[side].node
+        if producer.owning_block is not add.owning_block or not fusion.takes(producer) \
                 or add.inputs[side].sole_user() is not add:  # (x + x: two uses)
             continue
         residual = add.inputs[1 - side]
@@ -81,48 +113,16 @@ def _fuse(graph: Graph, add: Node) -> bool:
         attr = None
         if act is not None and act.owning_block is add.owning_block \
                 and act.inputs[0] is add.output:
-            attr = _linear_postop_attr(act)
+            attr = fusion.postop(act)
         last = act if attr is not None else add
-        if not _nothing_written_between(linear, last):
-            continue  # (the product moves to the sum's place: its input must read the same)
+        if not _nothing_written_between(producer, last):
+            continue  # (the producer moves to the sum's place: its input must read the same)
         fused = graph.replace_node(
-            last, "static_runtime::linear_residual",
-            [*linear.inputs, residual, graph.constant(attr or "none", T.Str, before=linear)],
-            schema=LINEAR_RESIDUAL, remove=(act, add, linear) if attr else (add, linear))
-        fused.source = linear.source or add.source
-        return True
-    return False
-
-
-def fuse_conv_residual(graph: Graph) -> bool:
-    changed = False
-    for node in list(graph.walk()):
-        if node.owning_block is not None and _is_add(node):
-            changed |= _fuse_conv(graph, node)
-    return changed
-
-
-def _fuse_conv(graph: Graph, add: Node) -> bool:
-    for side in (0, 1):
-        conv = add.inputs[side].node
-        if conv.schema != CONV2D_POINTWISE or conv.owning_block is not add.owning_block \
-                or constant_value(conv.inputs[7]) != (True, "none") \
-                or add.inputs[side].sole_user() is not add:  # (x + x: two uses)
-            continue
-        residual = add.inputs[1 - side]
-        act = add.output.sole_user()
-        attr = None
-        if act is not None and act.owning_block is add.owning_block \
-                and act.inputs[0] is add.output:
-            attr = _postop_attr(act)
-        last = act if attr is not None else add
-        if not _nothing_written_between(conv, last):
-            continue  # (the convolution moves to the sum's place: its input must read the same)
-        fused = graph.replace_node(
-            last, "static_runtime::conv2d_residual",
-            [*conv.inputs[:7], residual, graph.constant(attr or "none", T.Str, before=conv)],
-            schema=CONV2D_RESIDUAL, remove=(act, add, conv) if attr else (add, conv))
-        fused.source = conv.source or add.source
+            last, fusion.kind,
+            [*fusion.operands(producer), residual,
+             graph.constant(attr or "none", T.Str, before=producer)],
+            schema=fusion.schema, remove=(act, add, producer) if attr else (add, producer))
+        fused.source = producer.source or add.source
         return True
     return False
 

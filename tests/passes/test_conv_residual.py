@@ -9,7 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from differential import check, script
-from measured import MEASURE, OPTIONS, fresh_kernel_cache, needs_ckernels  # noqa: F401
+from measured import (  # noqa: F401
+    MEASURE,
+    OPTIONS,
+    answers_as,
+    fresh_kernel_cache,
+    needs_ckernels,
+)
 from passes_helpers import kinds
 from torch import Tensor, nn
 
@@ -124,17 +130,11 @@ def test_residuals_that_broadcast_or_promote_run_the_composite(monkeypatch):
     model = Biased().eval()
     mod = sr.StaticModule(script(model), MEASURE)
     x = torch.randn(2, 4, 5, 5)
-    for r in (torch.randn(1, 6, 1, 1), torch.randn(6, 1, 1),  # broadcast
-              torch.randn(2, 6, 5, 5, dtype=torch.float64),  # promotes
-              torch.randn(2, 6, 5, 5),  # channels-first: the composite
-              torch.randn(2, 6, 5, 5).contiguous(memory_format=torch.channels_last)):
-        before = [x.clone(), r.clone()]
-        want = model(x, r)
-        for _ in range(2):
-            got = mod(x, r)
-            assert got.dtype == want.dtype and got.shape == want.shape
-            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-        assert torch.equal(x, before[0]) and torch.equal(r, before[1])
+    answers_as(mod, model, [(x, r) for r in (
+        torch.randn(1, 6, 1, 1), torch.randn(6, 1, 1),  # broadcast
+        torch.randn(2, 6, 5, 5, dtype=torch.float64),  # promotes
+        torch.randn(2, 6, 5, 5),  # channels-first: the composite
+        torch.randn(2, 6, 5, 5).contiguous(memory_format=torch.channels_last))])  # ours
     assert _fused(mod) == 1
 
 

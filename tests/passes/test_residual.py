@@ -8,7 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from differential import check, script
-from measured import MEASURE, OPTIONS, fresh_kernel_cache, needs_ckernels  # noqa: F401
+from measured import (  # noqa: F401
+    MEASURE,
+    OPTIONS,
+    answers_as,
+    fresh_kernel_cache,
+    needs_ckernels,
+)
 from passes_helpers import kinds
 from torch import Tensor, nn
 
@@ -101,17 +107,11 @@ def test_residuals_that_widen_or_promote_the_sum_run_the_composite(monkeypatch):
     _force(monkeypatch, "native")
     model = Residual(8, 6, True, "tanh", True).eval()
     mod = sr.StaticModule(script(model), MEASURE)
-    for x, r in ((torch.randn(3, 8), torch.randn(2, 3, 6)),  # widens (3, 6) to (2, 3, 6)
-                 (torch.randn(3, 8), torch.randn(3, 6, dtype=torch.float64)),
-                 (torch.randn(3, 8), torch.randn(3, 1)),
-                 (torch.randn(3, 8), torch.tensor(0.5))):
-        before = [x.clone(), r.clone()]
-        want = model(x, r)
-        for _ in range(2):
-            got = mod(x, r)
-            assert got.dtype == want.dtype and got.shape == want.shape
-            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-        assert torch.equal(x, before[0]) and torch.equal(r, before[1])
+    answers_as(mod, model, [
+        (torch.randn(3, 8), torch.randn(2, 3, 6)),  # widens (3, 6) to (2, 3, 6)
+        (torch.randn(3, 8), torch.randn(3, 6, dtype=torch.float64)),
+        (torch.randn(3, 8), torch.randn(3, 1)),
+        (torch.randn(3, 8), torch.tensor(0.5))])
     assert _fused(mod) == 1
 
 
