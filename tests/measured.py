@@ -6,6 +6,7 @@ import torch
 
 import static_runtime as sr
 from static_runtime.ops import ckernels
+from static_runtime.ops.kernels import Choice, KernelChooser
 
 MEASURE = sr.StaticModuleOptions(kernel_choice="measure", verify_memory_plans=True,
                                  specialize_after=0)
@@ -17,6 +18,12 @@ OPTIONS = {"measure": MEASURE,
 #: skips a test module of our own kernels where no compiler could build them
 needs_ckernels = pytest.mark.skipif(not ckernels.available(),
                                     reason=f"no C kernels: {ckernels.why_unavailable()}")
+
+
+def force_kernel(monkeypatch, kernel: str) -> None:
+    """Every measured node's choice is ``kernel``, without timing anything."""
+    monkeypatch.setattr(KernelChooser, "choose",
+                        lambda self, key, names, make, default: Choice(kernel, {}, "forced"))
 
 
 def answers_as(mod: sr.StaticModule, model, argument_sets) -> None:

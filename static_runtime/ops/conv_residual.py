@@ -31,6 +31,7 @@ from static_runtime.ir.graph import Node
 from static_runtime.ir.own_ops import CONV2D_RESIDUAL
 from static_runtime.ops import ckernels
 from static_runtime.ops.ckernels import remember
+from static_runtime.ops.ckernels.convs import output_size
 from static_runtime.ops.kernels import KernelChooser, PerShape, size_bucket
 from static_runtime.ops.native.fused import (
     CONV_POSTOPS,
@@ -131,17 +132,16 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
     stride, padding, dilation = list(stride), list(padding), list(dilation)
     paired = isinstance(default, tuple)
     default_fn, default_out = default if paired else (default, None)
-    ours_offered = groups == 1 and ckernels.available()
+    # (every activation a fused convolution takes is one our kernel applies in its epilogue)
+    ours_offered = groups == 1 and attr in ckernels.ACTIVATIONS and ckernels.available()
     per_shape = PerShape(chooser, ("onednn", "native") if ours_offered else ("onednn",),
                          default="onednn")
-    _, act_, unary, scalars, algorithm = CONV_POSTOPS[attr]
+    act_ = CONV_POSTOPS[attr][1]
     # (oneDNN's convolution takes a unary post-op after a binary one only for relu: the
     # others are applied in place on its result)
-    onednn_after = act_ if attr not in ("none", "relu") else None
     unary = "relu" if attr == "relu" else None
-    scalars, algorithm = (scalars, algorithm) if unary else ([], "")
-    inside = attr if attr in ckernels.ACTIVATIONS else "none"
-    after = None if inside == attr else CONV_POSTOPS[attr][1]  # (in place, after ours)
+    onednn_after = act_ if attr not in ("none", "relu") else None
+    cout, cin, kh, kw = weight.shape
     made: dict[str, Any] = {}
     f32, cl, threads = torch.float32, torch.channels_last, torch.get_num_threads
 
@@ -153,7 +153,7 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
 
             def run(x, r):
                 out = binary(x, r, packed, bias, padding, stride, dilation, groups, "add",
-                             None, unary, scalars, algorithm)
+                             None, unary, [], "")
                 return out if onednn_after is None else onednn_after(out)
 
             made["onednn"] = run
@@ -163,43 +163,32 @@ def _measured(node: Node, chooser: KernelChooser, default: Any) -> Any:
         """Our call for inputs of ``shape``: ``(x, r) -> result``, with ``.into``."""
         if "native" not in made:
             made["native"] = ckernels.Conv2d(weight, bias, stride, padding, dilation,
-                                             inside).kernel()
-        direct = made["native"].residual_for(shape, channels_first)
-        if after is None:
-            return direct
-
-        def activated(x, r):
-            return after(direct(x, r))
-
-        def into(x, r, out):
-            direct.into(x, r, out)
-            after(out)
-
-        activated.into, activated.out_shape = into, direct.out_shape  # type: ignore[attr-defined]
-        return activated
+                                             attr).kernel()
+        return made["native"].residual_for(shape, channels_first)
 
     #: (x's shape, channels-last, the residual's shape, threads) → the call for them, or None
-    #: where the composite answers (a residual of another shape)
+    #: where the composite answers (an input of another channel count, a residual of another
+    #: shape than the result's: one that broadcasts)
     calls: dict[tuple, Any] = {}
 
     def call_for(x: torch.Tensor, r: torch.Tensor, key: tuple):
-        n_, _, h, w = key[0]
-        mine = None
-        if ours_offered:
-            mine = native(key[0], not key[1])
-            if tuple(key[2]) != tuple(mine.out_shape):
-                return remember(calls, key, None)  # (a residual that broadcasts)
+        n_, channels, h, w = key[0]
+        oh, ow = output_size(h, w, kh, kw, stride, padding, dilation)
+        if channels != cin * groups or oh < 1 or ow < 1 or tuple(key[2]) != (n_, cout, oh, ow):
+            return remember(calls, key, None)
         bucket = ((size_bucket(n_ * h * w), key[1]), key[3])
         name = per_shape.chosen.get(bucket)
         if name is None:
+            theirs, mine = onednn(), native(key[0], not key[1]) if ours_offered else None
             name = per_shape.choose(
                 bucket, f"conv2d_residual+{attr} float32 pixels<={bucket[0][0]} "
                         f"{'channels_last' if key[1] else 'contiguous'} w={tuple(weight.shape)} "
                         f"stride={stride} padding={padding} dilation={dilation} "
                         f"groups={groups} bias={bias is not None}",
-                lambda: {name: (lambda run=run: run(x, r)) for name, run in (
-                    ("onednn", onednn()), *((("native", mine),) if ours_offered else ()))})
-        return remember(calls, key, mine if name == "native" else onednn())
+                lambda: {"onednn": lambda: theirs(x, r),
+                         **({"native": lambda: mine(x, r)} if mine is not None else {})})
+        return remember(calls, key, native(key[0], not key[1]) if name == "native"
+                        else onednn())
 
     def key_of(x, r) -> tuple | None:
         """The call key of these arguments, or None where the composite answers."""

@@ -13,6 +13,7 @@ from measured import (  # noqa: F401
     MEASURE,
     OPTIONS,
     answers_as,
+    force_kernel,
     fresh_kernel_cache,
     needs_ckernels,
 )
@@ -20,7 +21,7 @@ from passes_helpers import kinds
 from torch import Tensor, nn
 
 import static_runtime as sr
-from static_runtime.ops.kernels import Choice, KernelChooser
+from static_runtime.ops.kernels import KernelChooser
 
 pytestmark = needs_ckernels
 
@@ -63,11 +64,6 @@ class Block(nn.Module):
         return s
 
 
-def _force(monkeypatch, kernel: str) -> None:
-    monkeypatch.setattr(KernelChooser, "choose",
-                        lambda self, key, names, make, default: Choice(kernel, {}, "forced"))
-
-
 def _fused(mod: sr.StaticModule) -> int:
     return kinds(mod.graph).count("static_runtime::conv2d_residual")
 
@@ -84,7 +80,7 @@ CASES = [  # (in channels, out channels, stride, activation, convolution first i
 @pytest.mark.parametrize("kernel", ["native", "onednn"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}to{c[1]}_s{c[2]}_{c[3]}")
 def test_a_block_fuses_and_answers_as_torchscript(case, kernel, monkeypatch):
-    _force(monkeypatch, kernel)
+    force_kernel(monkeypatch, kernel)
     cin, cout, stride, act, conv_first = case
     model = Block(cin, cout, stride, act, conv_first).eval()
     mods = check(model, (torch.randn(1, cin, 9, 11),), (torch.randn(3, cin, 16, 12),),
@@ -116,7 +112,7 @@ def test_a_grouped_convolution_fuses_with_onednn_alone(monkeypatch):
 
 
 def test_residuals_that_broadcast_or_promote_run_the_composite(monkeypatch):
-    _force(monkeypatch, "native")
+    force_kernel(monkeypatch, "native")
 
     class Biased(nn.Module):
         def __init__(self):

@@ -8,13 +8,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 from differential import check, script
-from measured import MEASURE, OPTIONS, fresh_kernel_cache, needs_ckernels  # noqa: F401
+from measured import (  # noqa: F401
+    MEASURE,
+    OPTIONS,
+    force_kernel,
+    fresh_kernel_cache,
+    needs_ckernels,
+)
 from passes_helpers import kinds
 from torch import Tensor, nn
 
 import static_runtime as sr
 from static_runtime.ops.ckernels.layers import GatedGemm
-from static_runtime.ops.kernels import Choice, KernelChooser
 from static_runtime.ops.registry import Tier, may_hand_back
 
 pytestmark = needs_ckernels
@@ -49,11 +54,6 @@ class Expert(nn.Module):
         return out
 
 
-def _force(monkeypatch, kernel: str) -> None:
-    monkeypatch.setattr(KernelChooser, "choose",
-                        lambda self, key, names, make, default: Choice(kernel, {}, "forced"))
-
-
 def _gated(mod: sr.StaticModule) -> int:
     return kinds(mod.graph).count("static_runtime::gated_linear")
 
@@ -68,7 +68,7 @@ CASES = [  # (K, H, bias, up first, first input, second input)
 @pytest.mark.parametrize("kernel", ["native", "aten"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"k{c[0]}_h{c[1]}_bias{c[2]}_up{c[3]}")
 def test_a_swiglu_mlp_fuses_and_answers_as_torchscript(case, kernel, monkeypatch):
-    _force(monkeypatch, kernel)
+    force_kernel(monkeypatch, kernel)
     k, h, bias, up_first, first, second = case
     model = SwiGLU(k, h, bias, up_first).eval()
     mods = check(model, (torch.randn(*first),), (torch.randn(*second),),

@@ -12,6 +12,7 @@ from measured import (  # noqa: F401
     MEASURE,
     OPTIONS,
     answers_as,
+    force_kernel,
     fresh_kernel_cache,
     needs_ckernels,
 )
@@ -20,7 +21,6 @@ from torch import Tensor, nn
 
 import static_runtime as sr
 from static_runtime.ops import ckernels
-from static_runtime.ops.kernels import Choice, KernelChooser
 
 pytestmark = needs_ckernels
 
@@ -62,11 +62,6 @@ class Refiner(nn.Module):
         return h
 
 
-def _force(monkeypatch, kernel: str) -> None:
-    monkeypatch.setattr(KernelChooser, "choose",
-                        lambda self, key, names, make, default: Choice(kernel, {}, "forced"))
-
-
 def _fused(mod: sr.StaticModule) -> int:
     return kinds(mod.graph).count("static_runtime::linear_residual")
 
@@ -82,7 +77,7 @@ CASES = [  # (K, N, bias, activation, product first, x and r of each set)
 @pytest.mark.parametrize("kernel", ["native", "aten"])
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"k{c[0]}_n{c[1]}_{c[3]}_bias{c[2]}")
 def test_a_product_and_its_residual_fuse_and_answer_as_torchscript(case, kernel, monkeypatch):
-    _force(monkeypatch, kernel)
+    force_kernel(monkeypatch, kernel)
     k, n, bias, act, product_first, first, second = case
     model = Residual(k, n, bias, act, product_first).eval()
     sets = [tuple(torch.randn(*shape) for shape in shapes) for shapes in (first, second)]
@@ -97,14 +92,14 @@ def test_a_product_and_its_residual_fuse_and_answer_as_torchscript(case, kernel,
 
 @pytest.mark.parametrize("kernel", ["native", "aten"])
 def test_a_recurrence_in_a_loop_fuses(kernel, monkeypatch):
-    _force(monkeypatch, kernel)
+    force_kernel(monkeypatch, kernel)
     mods = check(Refiner().eval(), (torch.randn(1, 24),), (torch.randn(5, 24),),
                  options=OPTIONS, rtol=1e-4, atol=1e-4)
     assert _fused(mods["measure"]) >= 1
 
 
 def test_residuals_that_widen_or_promote_the_sum_run_the_composite(monkeypatch):
-    _force(monkeypatch, "native")
+    force_kernel(monkeypatch, "native")
     model = Residual(8, 6, True, "tanh", True).eval()
     mod = sr.StaticModule(script(model), MEASURE)
     answers_as(mod, model, [
@@ -171,7 +166,7 @@ def test_the_kernel_adds_the_residual_before_the_activation():
 
 def test_empty_batches_and_a_residual_that_is_the_input(monkeypatch):
     # x + proj(x) (the residual is the product's own input) and batches of no rows
-    _force(monkeypatch, "native")
+    force_kernel(monkeypatch, "native")
 
     class SelfResidual(nn.Module):
         def __init__(self):
