@@ -48,22 +48,25 @@ from static_runtime.passes.fusion import _fusable_conv, _rewrite_conv
 
 _FUSED_CONV = "static_runtime::conv2d_pointwise"
 
-_UNARY = ("relu", "relu6", "hardtanh", "hardswish", "hardsigmoid", "silu", "sigmoid", "tanh",
+UNARY = ("relu", "relu6", "hardtanh", "hardswish", "hardsigmoid", "silu", "sigmoid", "tanh",
           "gelu", "elu", "leaky_relu", "clamp", "clamp_min", "clamp_max", "neg", "abs",
           "exp", "sqrt", "rsqrt", "dropout", "mish")
-_BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
+BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 
 #: Operators whose output takes the memory format of their (first) input, and the input
 #: positions at which a region value may come in (None: every tensor position).
 PRESERVE: dict[str, tuple[int, ...] | None] = {
-    **{f"aten::{op}": (0,) for op in _UNARY},
-    **{f"aten::{op}_": (0,) for op in _UNARY},
-    **{f"aten::{op}": (0, 1) for op in _BINARY},
-    **{f"aten::{op}_": (0,) for op in _BINARY},
+    **{f"aten::{op}": (0,) for op in UNARY},
+    **{f"aten::{op}_": (0,) for op in UNARY},
+    **{f"aten::{op}": (0, 1) for op in BINARY},
+    **{f"aten::{op}_": (0,) for op in BINARY},
     "static_runtime::add": (0, 1), "static_runtime::sub": (0, 1),
     "aten::conv2d": (0,), "aten::conv_transpose2d": (0,),
     "aten::batch_norm": (0,), "aten::max_pool2d": (0,), "aten::avg_pool2d": (0,),
     "aten::adaptive_avg_pool2d": (0,), "prim::VarConcat": None, "aten::where": (1, 2),
+    # views and a pad whose result follows the input's strides (``conv1d_as_2d``'s (N, C, 1, L)
+    # activations; a 3-D value squeezed from a channels-last one is (N, L, C) in memory)
+    "aten::unsqueeze": (0,), "aten::squeeze": (0,), "aten::constant_pad_nd": (0,),
     # ``interpolate``, scripted, branches on the rank: every branch's operator
     **{f"aten::upsample_{mode}": (0,) for mode in (
         "nearest1d", "nearest2d", "nearest3d", "linear1d", "bilinear2d", "bicubic2d",
@@ -77,7 +80,7 @@ SINK = frozenset({
     _FUSED_CONV,  # (channels-last output, whatever its input's layout)
 })
 #: In-place binaries whose second argument is only read.
-_READ_OTHER = frozenset(f"aten::{op}_" for op in _BINARY)
+_READ_OTHER = frozenset(f"aten::{op}_" for op in BINARY)
 #: Reductions that keep the layout with ``keepdim`` and end it without (argument 2).
 _REDUCTIONS = frozenset({"aten::mean", "aten::sum", "aten::amax"})
 

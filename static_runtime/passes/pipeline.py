@@ -20,7 +20,7 @@ PASS_ORDER = (
     "fuse_linear_residual", "fuse_scaled_index_add", "fuse_rotary", "pack_linears",
     "fuse_attention",
     "fuse_rms_norm", "fuse_l2_normalize", "fuse_gelu", "causal_conv1d",
-    "fuse_convolution", "channels_last", "fuse_conv_residual", "fuse_linear_pointwise",
+    "conv1d_as_2d", "fuse_convolution", "channels_last", "fuse_conv_residual", "fuse_linear_pointwise",
     "fuse_linear_activation",
     "compile_recurrent",
     "eliminate_dead_code", "fuse_regions", "inplace_activations",

@@ -10,6 +10,7 @@ from static_runtime.passes.alpha import specialize_alpha
 from static_runtime.passes.causal import causal_conv1d
 from static_runtime.passes.conditions import fuse_scalar_compare
 from static_runtime.passes.constant_propagation import NodeEvaluator, constant_propagation
+from static_runtime.passes.conv1d import conv1d_as_2d
 from static_runtime.passes.convolutions import plain_convolutions
 from static_runtime.passes.counters import scalarize_loop_counters
 from static_runtime.passes.dead_code import eliminate_dead_code
@@ -71,6 +72,7 @@ def passes(evaluate: NodeEvaluator, measured_kernels: bool = False
         "fuse_l2_normalize": fuse_l2_normalize,
         "fuse_gelu": fuse_gelu,
         "causal_conv1d": causal_conv1d,
+        "conv1d_as_2d": conv1d_as_2d,
         "fuse_convolution": fuse_convolution,
         "channels_last": channels_last,
         "fuse_conv_residual": fuse_conv_residual,

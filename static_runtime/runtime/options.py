@@ -95,6 +95,11 @@ class StaticModuleOptions:
     #: TCN's causal convolution, "chomp") → conv1d of the input padded on the left only
     #: (``passes/causal.py``)
     causal_conv1d: bool = True
+    #: chained 1-D convolutions (one's output reaching another through element-wise operators
+    #: and pads) → 2-D convolutions of height 1, so that their activations stay channels-last
+    #: from one to the next and their activations and residual adds fuse as a conv net's do
+    #: (``passes/conv1d.py``); with fuse_convolution and channels_last only
+    conv1d_as_2d: bool = True
     #: conv2d with constant weight (+ relu) → oneDNN prepacked, fused convolution
     fuse_convolution: bool = True
     #: activations kept channels-last from convolution to convolution, converted to eager's
@@ -235,6 +240,7 @@ class StaticModuleOptions:
         enabled["fuse_regions"] = self.fuse_regions and self.fusion_compiler is not None
         enabled["compile_recurrent"] &= self.fusion_compiler is not None
         enabled["channels_last"] &= self.fuse_convolution
+        enabled["conv1d_as_2d"] &= self.fuse_convolution and self.channels_last
         enabled["fuse_rms_norm"] &= self.kernel_choice == "measure"
         enabled["fuse_l2_normalize"] &= self.kernel_choice == "measure"
         enabled["fuse_gated_linear"] &= self.kernel_choice == "measure"

@@ -2,6 +2,8 @@
 shape sets whichever kernel wins, each kernel forced, contiguous output as eager's, and the
 default path untouched without measuring."""
 
+import dataclasses
+
 import pytest
 import torch
 from differential import check
@@ -10,10 +12,13 @@ from torch import nn
 import static_runtime as sr
 from static_runtime.ops.kernels import Choice, KernelChooser
 
+# (``conv1d_as_2d`` off: these chains would become 2-D convolutions, ``tests/passes/
+# test_conv1d_as_2d.py``; here the 1-D operator itself is under test)
 MEASURE = sr.StaticModuleOptions(kernel_choice="measure", verify_memory_plans=True,
+                                 conv1d_as_2d=False,
                                  specialize_after=0)
 OPTIONS = {"measure": MEASURE,
-           "interpreter": sr.StaticModuleOptions(kernel_choice="measure",
+           "interpreter": sr.StaticModuleOptions(kernel_choice="measure", conv1d_as_2d=False,
                                                  executor="interpreter")}
 
 
@@ -47,6 +52,19 @@ def test_differential_two_shape_sets():
     labels = [pn.impl.label for pn in mod.plan.nodes() if pn.kind == "aten::conv1d"]
     assert len(labels) == 3 and all("by measurement" in label for label in labels)
     assert "positions<=64 contiguous=True threads=" in mod.describe()
+
+
+def test_as_2d_convolutions_two_shape_sets():
+    # The same model with ``conv1d_as_2d``: ``b`` and ``c`` chained (a grouped, strided
+    # convolution and a 1 × 1), ``a`` on its own (a slice between it and ``b``); an
+    # intermediate that is also an output comes back in eager's layout
+    first, second = _inputs()
+    on = {name: dataclasses.replace(o, conv1d_as_2d=True) for name, o in OPTIONS.items()}
+    mod = check(Temporal().eval(), first, second, options=on)["measure"]
+    assert len([pn for pn in mod.plan.nodes() if pn.kind == "aten::conv1d"]) == 1
+    model = Temporal().eval()
+    for ours, eager in zip(mod(*first), model(*first)):
+        assert ours.stride() == eager.stride()
 
 
 def test_new_lengths_of_a_measured_bucket_measure_nothing():
