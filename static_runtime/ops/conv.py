@@ -67,7 +67,6 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
     stride, padding, dilation, groups, attr = args
     kernels = ConvKernels(weight, bias, list(stride), list(padding), list(dilation), groups,
                           attr)
-    names = kernels.names()
     cl = torch.channels_last
     f32 = torch.float32
     threads = torch.get_num_threads
@@ -98,11 +97,13 @@ def _conv2d_pointwise(node: Node, chooser: KernelChooser, default: Callable[...,
         problem = (f"conv2d+{attr} float32 pixels<={key[0]} "
                    f"{'channels_last' if key[1] else 'contiguous'} {spec}")
 
+        among = kernels.names(key[1])
+
         def make():  # each as it will run: ours, on a channels-last input, unchecked
             return {name: _bound(kernels.direct(name, x.shape, key[1])
-                                 or kernels.kernel(name), x) for name in names}
+                                 or kernels.kernel(name), x) for name in among}
 
-        choice = chooser.choose(problem, names, make, default="onednn")
+        choice = chooser.choose(problem, among, make, default="onednn")
         chosen[key] = choice.name
         choices[key] = choice
         measured_at[key] = x.shape
@@ -251,14 +252,20 @@ class ConvKernels:
         self._native_kernel: Callable[[torch.Tensor], torch.Tensor] | None = None
         self._native_inner: Any = None  # (before an activation applied outside it)
 
-    def names(self) -> tuple[str, ...]:
+    def names(self, channels_last: bool | None = None) -> tuple[str, ...]:
+        """The candidates (for inputs of that layout; None: any)."""
         names = ["onednn", "aten"]
-        if _is_pointwise_1x1(self.weight, self.stride, self.padding, self.groups):
+        pointwise = _is_pointwise_1x1(self.weight, self.stride, self.padding, self.groups)
+        if pointwise:
             names.append("matmul")
         if (self._is_depthwise() or self.groups == 1) \
                 and len(self.stride) == len(self.padding) == len(self.dilation) == 2 \
                 and ckernels.available():
             names.append("native")
+            if channels_last is not True and not (self._is_depthwise() or pointwise):
+                # our implicit GEMM reads a channels-first input as it is, a pixel's taps in
+                # runs of KW floats; this one copies it channels-last first (runs of KW · C)
+                names.append("native_cl")
         return tuple(names)
 
     def _is_depthwise(self) -> bool:
@@ -267,7 +274,7 @@ class ConvKernels:
 
     def kernel(self, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
         makers = {"onednn": self._onednn, "aten": self._aten, "matmul": self._matmul,
-                  "native": self._native}
+                  "native": self._native, "native_cl": self._native_cl}
         if name not in makers or name not in self.names():
             raise ValueError(f"no convolution kernel named {name!r} for this convolution; "
                              f"there are {list(self.names())}")
@@ -325,6 +332,14 @@ class ConvKernels:
             self._native_kernel = self._make_native()
         return self._native_kernel
 
+    def _native_cl(self):
+        native, cl = self._native(), torch.channels_last
+
+        def native_cl(x):
+            return native(x.contiguous(memory_format=cl))
+
+        return native_cl
+
     def _make_native(self):
         inside = self.attr if self.attr in ckernels.ACTIVATIONS else "none"
         if self._is_depthwise():
@@ -354,6 +369,8 @@ class ConvKernels:
         squeeze-and-excitation block's 1 × 1 pixel), for channels-last inputs (or contiguous
         ones, where the kernel reads them as they are: our implicit GEMM), or None where it
         has none."""
+        if name == "native_cl" and not channels_last:
+            return _converting(self.direct("native", shape, True))
         if name != "native":
             return None
         self._native()
@@ -367,6 +384,27 @@ class ConvKernels:
             return direct
         act_ = self.act_
         return lambda x: act_(direct(x))
+
+
+def _converting(direct):
+    """``direct`` (an unchecked call for channels-last inputs) for channels-first ones,
+    copied channels-last first; ``.into`` and the result's shape and strides as its own."""
+    if direct is None:
+        return None
+    cl, into_cl = torch.channels_last, getattr(direct, "into", None)
+
+    def converting(x):
+        return direct(x.contiguous(memory_format=cl))
+
+    if into_cl is not None:
+        def into(x, out):
+            into_cl(x.contiguous(memory_format=cl), out)
+
+        converting.into = into  # type: ignore[attr-defined]
+    for attr in ("out_shape", "out_strides", "keep"):
+        if hasattr(direct, attr):
+            setattr(converting, attr, getattr(direct, attr))
+    return converting
 
 
 def _bound(kernel: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor):

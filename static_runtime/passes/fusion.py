@@ -75,13 +75,17 @@ def _schemas(*names: str) -> set[str]:
     return {str(getattr(torch.ops.aten, n).default._schema) for n in names}
 
 
-#: Activations a fused convolution takes along as its oneDNN post-op: schema → ``attr``.
-#: ``hardtanh`` only with the constant bounds (0, 6), i.e. ReLU6 (see ``_postop_attr``).
+#: Activations a fused convolution or linear takes along (oneDNN's post-op; our kernels'
+#: epilogue): schema → ``attr``. ``hardtanh`` only with the constant bounds (0, 6), i.e.
+#: ReLU6, and ``gelu`` by its approximation (see ``_postop_attr``).
 _POSTOPS = {
     **dict.fromkeys(_schemas("relu", "relu_"), "relu"),
     **dict.fromkeys(_schemas("relu6", "relu6_", "hardtanh", "hardtanh_"), "relu6"),
     **dict.fromkeys(_schemas("hardswish", "hardswish_"), "hardswish"),
     **dict.fromkeys(_schemas("silu", "silu_"), "silu"),
+    **dict.fromkeys(_schemas("gelu", "gelu_"), "gelu"),
+    **dict.fromkeys(_schemas("tanh", "tanh_"), "tanh"),
+    **dict.fromkeys(_schemas("sigmoid", "sigmoid_"), "sigmoid"),
 }
 
 
@@ -292,8 +296,14 @@ def _pools_to_one(node: Node) -> bool:
 
 
 def _postop_attr(node: Node) -> str | None:
-    """The oneDNN post-op ``attr`` that computes ``node`` on a convolution's output, or None."""
+    """The post-op ``attr`` that computes ``node`` on a convolution's or a linear's output,
+    or None."""
     attr = _POSTOPS.get(node.schema)
+    if attr == "gelu":
+        if len(node.inputs) == 1:  # the default left out
+            return "gelu"
+        known, approximate = constant_value(node.inputs[1])
+        return {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate) if known else None
     if attr == "relu6" and node.kind.startswith("aten::hardtanh"):
         if len(node.inputs) != 3:
             return None
@@ -325,17 +335,6 @@ _LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tenso
 #: Fewest weight elements (out × in features) for which ``linear`` is rewritten.
 LINEAR_MIN_WEIGHT = 512 * 512
 
-#: Activations a fused linear takes along: schema → ``attr`` (see ``_linear_postop_attr``
-#: for ``gelu``'s approximation and ``hardtanh``'s bounds).
-_LINEAR_POSTOPS = {
-    **dict.fromkeys(_schemas("relu", "relu_"), "relu"),
-    **dict.fromkeys(_schemas("gelu", "gelu_"), "gelu"),
-    **dict.fromkeys(_schemas("tanh", "tanh_"), "tanh"),
-    **dict.fromkeys(_schemas("sigmoid", "sigmoid_"), "sigmoid"),
-    **dict.fromkeys(_schemas("hardswish", "hardswish_"), "hardswish"),
-    **dict.fromkeys(_schemas("relu6", "relu6_", "hardtanh", "hardtanh_"), "relu6"),
-    **dict.fromkeys(_schemas("silu", "silu_"), "silu"),
-}
 
 
 def fuse_linear_pointwise(graph: Graph) -> bool:
@@ -366,7 +365,7 @@ def fuse_linear_activation(graph: Graph) -> bool:
             continue
         act = node.output.sole_user()
         if act is not None and act.owning_block is node.owning_block \
-                and act.inputs[0] is node.output and _linear_postop_attr(act) is not None:
+                and act.inputs[0] is node.output and _postop_attr(act) is not None:
             _rewrite_linear(graph, node)
             changed = True
     return changed
@@ -414,7 +413,7 @@ def _fuse_addmm_activation(graph: Graph, addmm: Node) -> bool:
     if act is None or act.owning_block is not addmm.owning_block \
             or act.inputs[0] is not (view or addmm).output:
         return False
-    attr = _linear_postop_attr(act)
+    attr = _postop_attr(act)
     if attr is None:
         return False
     weight_t = graph.constant(weight.detach().t().contiguous(), T.Tensor, before=addmm)
@@ -451,22 +450,10 @@ def _fusable_linear(node: Node, min_weight: int = LINEAR_MIN_WEIGHT) -> bool:
                                          and bias.layout == torch.strided))
 
 
-def _linear_postop_attr(node: Node) -> str | None:
-    attr = _LINEAR_POSTOPS.get(node.schema)
-    if attr == "gelu":
-        if len(node.inputs) == 1:  # the default left out
-            return "gelu"
-        known, approximate = constant_value(node.inputs[1])
-        return {"none": "gelu", "tanh": "gelu_tanh"}.get(approximate) if known else None
-    if attr == "relu6":
-        return _postop_attr(node)
-    return attr
-
-
 def _rewrite_linear(graph: Graph, linear: Node) -> None:
     out = linear.output
     act = out.sole_user()
-    attr = _linear_postop_attr(act) \
+    attr = _postop_attr(act) \
         if act is not None and act.owning_block is linear.owning_block \
         and act.inputs[0] is out else None
     attr_value = graph.constant(attr or "none", T.Str, before=linear)

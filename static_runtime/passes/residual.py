@@ -48,7 +48,7 @@ from static_runtime.ir.own_ops import (
 )
 from static_runtime.passes.constant_propagation import constant_value
 from static_runtime.passes.effects import has_side_effects
-from static_runtime.passes.fusion import _fusable_linear, _linear_postop_attr, _postop_attr
+from static_runtime.passes.fusion import _fusable_linear, _postop_attr
 
 _LINEAR = str(torch.ops.aten.linear.default._schema)
 _ADD = str(torch.ops.aten.add.Tensor._schema)
@@ -77,7 +77,7 @@ class _Fusion(NamedTuple):
 
 
 _LINEAR_FUSION = _Fusion(
-    lambda n: n.schema == _LINEAR and _fusable_linear(n, min_weight=1), _linear_postop_attr,
+    lambda n: n.schema == _LINEAR and _fusable_linear(n, min_weight=1), _postop_attr,
     "static_runtime::linear_residual", LINEAR_RESIDUAL, lambda n: list(n.inputs))
 _CONV_FUSION = _Fusion(
     lambda n: n.schema == CONV2D_POINTWISE and constant_value(n.inputs[7]) == (True, "none"),

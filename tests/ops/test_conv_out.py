@@ -56,10 +56,11 @@ def _run(mod, model, shapes, calls=3):
         assert torch.equal(x, before)
 
 
-@pytest.mark.parametrize("pick", ["native", "mixed", "onednn", "aten"])
+@pytest.mark.parametrize("pick", ["native", "mixed", "onednn", "aten", "native_cl"])
 def test_convolutions_answer_as_torchscript_whichever_kernel_serves(monkeypatch, pick):
     # "mixed": the 1 × 1 ones (keys with a (..., 1, 1) weight) on ours, the 3 × 3 and the
-    # depthwise on oneDNN
+    # depthwise on oneDNN; "native_cl": the first convolution (of the channels-first input)
+    # copies it channels-last for ours, the others (which have no such candidate) on oneDNN
     _force(monkeypatch, lambda key, names: pick if pick != "mixed" else (
         "native" if "1, 1)" in key else "onednn"))
     torch.manual_seed(0)
@@ -70,6 +71,7 @@ def test_convolutions_answer_as_torchscript_whichever_kernel_serves(monkeypatch,
     mod = sr.StaticModule(torch.jit.script(model), MEASURE)
     assert all(pn.tier is Tier.OUT and may_hand_back(pn.out_fn) for pn in _convs(mod))
     _run(mod, model, ((1, 3, 12, 12), (2, 3, 9, 7), (1, 3, 12, 12)))
+    assert (": native_cl (forced)" in mod.describe()) == (pick == "native_cl")
     # every result another node reads is planned in the arena, whichever kernel serves it
     inner = _inner_conv_outputs(mod)
     assert len(inner) == 4 and inner <= _names_in_arena(mod), (inner, _names_in_arena(mod))

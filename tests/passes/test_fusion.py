@@ -182,6 +182,34 @@ def test_convolutions_fused_with_their_relu():
     check(net, images(1, 12), images(3, 9))
 
 
+class SmoothActivations(torch.nn.Module):
+    """Convolutions followed by GELU (exact and tanh), tanh and sigmoid, and a residual
+    block whose activation after the sum is GELU: each activation rides in its
+    convolution."""
+
+    def __init__(self, c=6):
+        super().__init__()
+        self.convs = torch.nn.ModuleList(torch.nn.Conv2d(3 if i == 0 else c, c, 3, padding=1)
+                                         for i in range(5))
+
+    def forward(self, x):
+        y = torch.nn.functional.gelu(self.convs[0](x))
+        y = torch.nn.functional.gelu(self.convs[1](y), approximate="tanh")
+        y = torch.tanh(self.convs[2](y))
+        y = torch.sigmoid(self.convs[3](y))
+        return torch.nn.functional.gelu(self.convs[4](y) + y)
+
+
+def test_smooth_activations_fused():
+    net = torch.jit.script(SmoothActivations().eval())
+    ks = kinds(net)
+    assert ks.count("static_runtime::conv2d_pointwise") == 4
+    assert ks.count("static_runtime::conv2d_residual") == 1
+    assert not {"aten::gelu", "aten::gelu_", "aten::tanh", "aten::tanh_", "aten::sigmoid",
+                "aten::sigmoid_"} & set(ks)
+    check(net, images(1, 12), images(3, 9))
+
+
 def test_fused_convolution_runs_onednn():
     net = torch.jit.script(ConvNet().eval())
     mod = sr.StaticModule(net, UNMEASURED)
@@ -299,7 +327,8 @@ class CallsConvPointwise(torch.nn.Module):
             [1, 1], self.groups, self.attr)
 
 
-@pytest.mark.parametrize("attr", ["none", "relu", "relu6", "hardswish", "silu"])
+@pytest.mark.parametrize("attr", ["none", "relu", "relu6", "hardswish", "silu", "gelu",
+                                  "gelu_tanh", "tanh", "sigmoid"])
 @pytest.mark.parametrize("kernel,stride,groups,bias", [
     (1, 1, 1, True), (1, 1, 1, False), (1, 2, 1, True), (3, 1, 6, False), (3, 2, 1, True)])
 def test_fused_convolution_agrees_with_conv2d_and_its_activation(attr, kernel, stride, groups,
@@ -333,7 +362,7 @@ def test_large_pointwise_convolution_stays_on_onednn():
 def test_conv2d_pointwise_refuses_an_unknown_activation():
     x, w = torch.randn(1, 2, 3, 3), torch.randn(2, 2, 1, 1)
     with pytest.raises(ValueError, match="attr must be one of"):
-        torch.ops.static_runtime.conv2d_pointwise(x, w, None, [1, 1], [0, 0], [1, 1], 1, "gelu")
+        torch.ops.static_runtime.conv2d_pointwise(x, w, None, [1, 1], [0, 0], [1, 1], 1, "mish")
 
 
 class ActivationNotTaken(torch.nn.Module):

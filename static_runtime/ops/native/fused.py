@@ -179,33 +179,22 @@ def _sdpa_mask(query, key_t, mask, mask_kind: str):
     return keep if not real or bool(keep.any(-1).all()) else None
 
 
-#: ``conv2d_pointwise``'s ``attr`` → (the activation, its in-place form, oneDNN's post-op
-#: attr, its scalars and algorithm).
-CONV_POSTOPS = {
-    "none": (None, None, "none", [], ""),
-    "relu": (torch.relu, torch.relu_, "relu", [], ""),
-    "relu6": (lambda t: torch._C._nn.hardtanh(t, 0.0, 6.0),
-              lambda t: torch._C._nn.hardtanh_(t, 0.0, 6.0), "hardtanh", [0.0, 6.0], ""),
-    "hardswish": (torch._C._nn.hardswish, torch._C._nn.hardswish_, "hardswish", [], ""),
-    "silu": (torch._C._nn.silu, torch._C._nn.silu_, "swish", [], ""),
-}
-
-
 _nn = torch._C._nn
 
-#: ``linear_pointwise``'s ``attr`` → (the activation, its in-place form, oneDNN's post-op
-#: attr, its scalars and algorithm).
-LINEAR_POSTOPS = {
+#: ``linear_pointwise``'s and ``conv2d_pointwise``'s ``attr`` → (the activation, its
+#: in-place form, oneDNN's post-op attr, its scalars and algorithm).
+LINEAR_POSTOPS = CONV_POSTOPS = {
     "none": (None, None, "none", [], ""),
     "relu": (torch.relu, torch.relu_, "relu", [], ""),
+    "relu6": (lambda t: _nn.hardtanh(t, 0.0, 6.0), lambda t: _nn.hardtanh_(t, 0.0, 6.0),
+              "hardtanh", [0.0, 6.0], ""),
+    "hardswish": (_nn.hardswish, _nn.hardswish_, "hardswish", [], ""),
+    "silu": (_nn.silu, _nn.silu_, "swish", [], ""),
     "gelu": (_nn.gelu, _nn.gelu_, "gelu", [], "none"),
     "gelu_tanh": (lambda t: _nn.gelu(t, approximate="tanh"),
                   lambda t: _nn.gelu_(t, approximate="tanh"), "gelu", [], "tanh"),
     "tanh": (torch.tanh, torch.tanh_, "tanh", [], ""),
     "sigmoid": (torch.sigmoid, torch.sigmoid_, "sigmoid", [], ""),
-    "hardswish": CONV_POSTOPS["hardswish"],
-    "relu6": CONV_POSTOPS["relu6"],
-    "silu": CONV_POSTOPS["silu"],
 }
 
 #: A product of at least this many rows runs on oneDNN (``benchmarks/onednn_postops.py
