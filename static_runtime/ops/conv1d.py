@@ -14,6 +14,9 @@ The candidates, each returning what ``conv1d`` returns (a contiguous tensor):
 * ``pointwise`` (a 1 × 1 kernel, stride 1, no padding): each group's product by ``matmul``,
   which takes any input strides — the candidate a strided input is measured with, beside
   ``aten`` (the others take contiguous inputs);
+* ``im2col`` (one group, a kernel wider than 1): the windows of the input as one matrix
+  (``unfold``) times the weight — one product where the kernels above pay per output
+  position (a raw waveform's first convolution);
 * ``onednn``: the (N, C, L) input viewed as (N, C, 1, L) and convolved as 2-D by oneDNN's
   ``_convolution_pointwise`` on the (O, I/g, 1, K) weight reordered once (stride, padding
   and dilation on the width); with a contiguous input oneDNN writes a contiguous output,
@@ -95,6 +98,8 @@ def measured_conv1d(found: tuple, chooser: KernelChooser, default: Callable[...,
     if (groups == 1 or (groups == weight.shape[0] and weight.shape[1] == 1)) \
             and ckernels.available():
         kernels["native"] = _Native(*found)
+    if groups == 1 and weight.shape[2] > 1:
+        kernels["im2col"] = _Im2col(*found)
     if weight.shape[2] == 1 and stride == [1] and padding == [0]:
         kernels["pointwise"] = _Pointwise(weight, bias, groups)
     #: what a strided input is measured among (the others take contiguous inputs)
@@ -179,6 +184,36 @@ class _Native:
             else:
                 self.kernel = ckernels.Conv2d(*self.args).kernel()
         return self.kernel(x.unsqueeze(2)).squeeze(2).contiguous()
+
+
+class _Im2col:
+    """The convolution as one product: the input's windows (``unfold``, views) as the (N,
+    Cin·K, L') matrix — made in one copy, a view of the input itself for one input channel —
+    times the (Cout, Cin·K) weight, the bias added to the contiguous (N, Cout, L') result. A
+    raw waveform's first convolution (one channel, kernel 10, stride 5: every output a
+    product of 10) runs 2–3.4 × faster so than any kernel above (BENCHMARKS.md, "Session
+    25"), which pay per output pixel for a few multiply-adds each."""
+
+    def __init__(self, weight, bias, stride, padding, dilation, groups):
+        cout, cin, k = weight.shape
+        self.weight = weight.detach().reshape(cout, cin * k).contiguous()
+        self.bias = None if bias is None else bias.detach().reshape(cout, 1)
+        self.cin, self.k = cin, k
+        self.stride, self.padding, self.dilation = stride[0], padding[0], dilation[0]
+        self.span = self.dilation * (k - 1) + 1
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.padding:
+            x = torch.constant_pad_nd(x, [self.padding, self.padding])
+        windows = x.unfold(2, self.span, self.stride)  # (N, Cin, L', span)
+        if self.dilation > 1:
+            windows = windows[..., ::self.dilation]
+        n, _, length, _ = windows.shape
+        columns = windows.permute(0, 1, 3, 2).reshape(n, self.cin * self.k, length)
+        y = torch.matmul(self.weight, columns)
+        if self.bias is not None:
+            y.add_(self.bias)
+        return y
 
 
 class _Pointwise:

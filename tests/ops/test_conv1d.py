@@ -84,7 +84,7 @@ def test_new_lengths_of_a_measured_bucket_measure_nothing():
     assert measured[0] > 0 and len(set(measured)) == 1, measured
 
 
-@pytest.mark.parametrize("name", ["aten", "onednn", "native", "pointwise"])
+@pytest.mark.parametrize("name", ["aten", "onednn", "native", "pointwise", "im2col"])
 def test_each_kernel_forced(name, monkeypatch):
     monkeypatch.setattr(KernelChooser, "choose",
                         lambda self, key, names, make, default: Choice(
@@ -97,6 +97,25 @@ def test_each_kernel_forced(name, monkeypatch):
         got, expected = mod(x), model(x)
         for g, e in zip(got, expected):
             assert g.stride() == e.stride()
+
+
+@pytest.mark.parametrize("cin,cout,k,stride,padding,dilation,bias", [
+    (1, 16, 10, 5, 0, 1, False),  # a raw waveform's first convolution
+    (4, 6, 3, 1, 4, 4, True), (8, 8, 3, 2, 1, 1, True), (3, 5, 5, 3, 2, 2, False)])
+def test_im2col_is_the_convolution(cin, cout, k, stride, padding, dilation, bias):
+    from static_runtime.ops.conv1d import _Im2col
+
+    g = torch.Generator().manual_seed(cin * k)
+    w = torch.randn(cout, cin, k, generator=g)
+    b = torch.randn(cout, generator=g) if bias else None
+    kernel = _Im2col(w, b, [stride], [padding], [dilation], 1)
+    for shape in ((2, cin, 60), (1, cin, 23)):
+        x = torch.randn(*shape, generator=g)
+        before = x.clone()
+        y = kernel(x)
+        assert y.is_contiguous() and torch.equal(x, before)
+        torch.testing.assert_close(y, torch.conv1d(x, w, b, stride, padding, dilation),
+                                   rtol=1e-5, atol=1e-5)
 
 
 def test_one_channel_input_comes_back_contiguous():
