@@ -336,7 +336,6 @@ _LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tenso
 LINEAR_MIN_WEIGHT = 512 * 512
 
 
-
 def fuse_linear_pointwise(graph: Graph) -> bool:
     changed = False
     for node in list(graph.walk()):

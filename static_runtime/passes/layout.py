@@ -49,8 +49,8 @@ from static_runtime.passes.fusion import _fusable_conv, _rewrite_conv
 _FUSED_CONV = "static_runtime::conv2d_pointwise"
 
 UNARY = ("relu", "relu6", "hardtanh", "hardswish", "hardsigmoid", "silu", "sigmoid", "tanh",
-          "gelu", "elu", "leaky_relu", "clamp", "clamp_min", "clamp_max", "neg", "abs",
-          "exp", "sqrt", "rsqrt", "dropout", "mish")
+         "gelu", "elu", "leaky_relu", "clamp", "clamp_min", "clamp_max", "neg", "abs",
+         "exp", "sqrt", "rsqrt", "dropout", "mish")
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
 
 #: Operators whose output takes the memory format of their (first) input, and the input
